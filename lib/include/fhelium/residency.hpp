@@ -1,0 +1,13 @@
+// Umbrella header of the fhelium residency manager.
+#pragma once
+
+#include "fhelium/residency/errors.hpp"
+#include "fhelium/residency/lease.hpp"
+#include "fhelium/residency/location.hpp"
+#include "fhelium/residency/manager.hpp"
+#include "fhelium/residency/model.hpp"
+#include "fhelium/residency/plan.hpp"
+#include "fhelium/residency/runtime.hpp"
+#include "fhelium/residency/scope.hpp"
+#include "fhelium/residency/snapshot.hpp"
+#include "fhelium/residency/value.hpp"

@@ -1,0 +1,134 @@
+// Lifetimes that protect materializations: leases, holds and reservations.
+//
+// All three are move-only RAII objects created by a ResidencyManager. A lease
+// borrows already-resident values for reading; on release it records one
+// completion event per consumer stream and keeps the materializations
+// protected ("pending") until those events complete. A hold protects
+// materializations without exposing them. A reservation charges bytes against
+// a location's budget without allocating.
+//
+// Destroying an active lifetime releases it safely (a lease first waits for its
+// consumer streams) and reports the abandonment through the manager's
+// diagnostics; destructors never throw. A lifetime object is not itself
+// synchronized: use each one from one thread at a time. It may outlive its
+// manager object; after the manager is closed, releasing it does nothing.
+#pragma once
+
+#include <c10/core/Stream.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fhelium/residency/location.hpp"
+#include "fhelium/residency/model.hpp"
+
+namespace fhelium::residency {
+
+class ResidentValue;
+class ResidencyManager;
+namespace detail {
+class ManagerCore;
+}
+
+class ResidencyLease {
+ public:
+  ResidencyLease(ResidencyLease&& other) noexcept;
+  ResidencyLease& operator=(ResidencyLease&& other) noexcept;
+  ResidencyLease(const ResidencyLease&) = delete;
+  ResidencyLease& operator=(const ResidencyLease&) = delete;
+  ~ResidencyLease();
+
+  const std::vector<ResidencyHandle>& handles() const noexcept { return handles_; }
+  ResidencyLocation location() const noexcept { return location_; }
+  bool active() const noexcept { return active_; }
+
+  // The borrowed materialization of `handle`. Do not mutate it or keep its
+  // tensors past release(). Throws ResidencyLifetimeClosedError after release
+  // (or after the manager closed) and std::invalid_argument for a handle this
+  // lease does not cover.
+  ResidentValue value(const ResidencyHandle& handle) const;
+
+  // Registers another CUDA stream whose reads this lease protects; must be
+  // called before release. Throws std::invalid_argument for a host lease or a
+  // stream on another device, ResidencyLifetimeClosedError after release.
+  void add_consumer_stream(const c10::Stream& stream);
+
+  // Ends the borrow. On a CUDA location records an event on every consumer
+  // stream; with wait=false protection stays pending until the events complete,
+  // with wait=true this call synchronizes them first. Idempotent. If event
+  // recording fails the consumer streams are synchronized instead; if that
+  // fails too the materializations stay protected until a forced close.
+  void release(bool wait = false);
+
+ private:
+  friend class ResidencyManager;
+  ResidencyLease(std::shared_ptr<detail::ManagerCore> core, std::uint64_t token, std::vector<ResidencyHandle> handles,
+                 ResidencyLocation location);
+  void abandon() noexcept;
+
+  std::shared_ptr<detail::ManagerCore> core_;
+  std::uint64_t token_ = 0;
+  std::vector<ResidencyHandle> handles_;
+  ResidencyLocation location_;
+  bool active_ = false;
+};
+
+class ResidencyHold {
+ public:
+  ResidencyHold(ResidencyHold&& other) noexcept;
+  ResidencyHold& operator=(ResidencyHold&& other) noexcept;
+  ResidencyHold(const ResidencyHold&) = delete;
+  ResidencyHold& operator=(const ResidencyHold&) = delete;
+  ~ResidencyHold();
+
+  const std::vector<ResidencyHandle>& handles() const noexcept { return handles_; }
+  ResidencyLocation location() const noexcept { return location_; }
+  bool active() const noexcept { return active_; }
+  // Ends the protection. Idempotent.
+  void release();
+
+ private:
+  friend class ResidencyManager;
+  ResidencyHold(std::shared_ptr<detail::ManagerCore> core, std::uint64_t token, std::vector<ResidencyHandle> handles,
+                ResidencyLocation location);
+  void abandon() noexcept;
+
+  std::shared_ptr<detail::ManagerCore> core_;
+  std::uint64_t token_ = 0;
+  std::vector<ResidencyHandle> handles_;
+  ResidencyLocation location_;
+  bool active_ = false;
+};
+
+class ResidencyReservation {
+ public:
+  ResidencyReservation(ResidencyReservation&& other) noexcept;
+  ResidencyReservation& operator=(ResidencyReservation&& other) noexcept;
+  ResidencyReservation(const ResidencyReservation&) = delete;
+  ResidencyReservation& operator=(const ResidencyReservation&) = delete;
+  ~ResidencyReservation();
+
+  ResidencyLocation location() const noexcept { return location_; }
+  std::int64_t nbytes() const noexcept { return nbytes_; }
+  const std::string& label() const noexcept { return label_; }
+  bool active() const noexcept { return active_; }
+  // Returns the reserved bytes to the location budget. Idempotent.
+  void release();
+
+ private:
+  friend class ResidencyManager;
+  ResidencyReservation(std::shared_ptr<detail::ManagerCore> core, std::uint64_t token, ResidencyLocation location,
+                       std::int64_t nbytes, std::string label);
+  void abandon() noexcept;
+
+  std::shared_ptr<detail::ManagerCore> core_;
+  std::uint64_t token_ = 0;
+  ResidencyLocation location_;
+  std::int64_t nbytes_ = 0;
+  std::string label_;
+  bool active_ = false;
+};
+
+}  // namespace fhelium::residency

@@ -1,0 +1,306 @@
+// Leases, holds and reservations: granting, releasing, pending completion
+// events and reaping. Counts are granted and released in pairs, and each
+// release checks the count it undoes.
+#include <stdexcept>
+#include <unordered_set>
+
+#include "detail/check.hpp"
+#include "detail/manager_core.hpp"
+#include "fhelium/residency/errors.hpp"
+
+namespace fhelium::residency::detail {
+
+namespace {
+
+void require_unique_nonempty(const std::vector<ResidencyHandle>& handles, const char* what) {
+  if (handles.empty()) throw std::invalid_argument(std::string(what) + " needs at least one handle");
+  std::unordered_set<ResidencyHandle> seen;
+  for (const auto& handle : handles) {
+    if (!seen.insert(handle).second) {
+      throw std::invalid_argument(std::string(what) + " got handle '" + handle.handle_id + "' more than once");
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<ValueRecord*> ManagerCore::resident_records_locked(const std::vector<ResidencyHandle>& handles,
+                                                               const ResidencyLocation& at) {
+  std::vector<ValueRecord*> records;
+  records.reserve(handles.size());
+  for (const auto& handle : handles) {
+    ValueRecord& record = values_.lookup(handle);
+    if (record.at(at) == nullptr) {
+      throw ResidencyUnavailableError("value '" + handle.handle_id + "' (" + record.spec.value_type +
+                                      ") is not resident at " + at.name());
+    }
+    records.push_back(&record);
+  }
+  return records;
+}
+
+std::uint64_t ManagerCore::acquire(const std::vector<ResidencyHandle>& handles, const ResidencyLocation& at,
+                                   const std::optional<c10::Stream>& consumer_stream) {
+  require_unique_nonempty(handles, "acquire");
+  StateAccess access(*this);
+  require_open_locked();
+  runtime_->check_location(at);
+  if (at.is_cuda() && !consumer_stream) {
+    throw std::invalid_argument("a lease at " + at.name() + " needs an explicit consumer stream");
+  }
+  if (consumer_stream) runtime_->check_stream(at, *consumer_stream);
+  reap_locked();
+  std::vector<ValueRecord*> records = resident_records_locked(handles, at);
+  for (ValueRecord* record : records) record->at(at)->use_count += 1;
+  const std::uint64_t token = next_token_++;
+  LeaseRecord lease{std::move(records), at, LeaseState::active, {}, {}};
+  if (consumer_stream) lease.streams.push_back(*consumer_stream);
+  leases_.emplace(token, std::move(lease));
+  bump_locked();
+  return token;
+}
+
+std::uint64_t ManagerCore::hold(const std::vector<ResidencyHandle>& handles, const ResidencyLocation& at) {
+  require_unique_nonempty(handles, "hold");
+  StateAccess access(*this);
+  require_open_locked();
+  runtime_->check_location(at);
+  reap_locked();
+  std::vector<ValueRecord*> records = resident_records_locked(handles, at);
+  for (ValueRecord* record : records) record->at(at)->hold_count += 1;
+  const std::uint64_t token = next_token_++;
+  holds_.emplace(token, HoldRecord{std::move(records), at});
+  bump_locked();
+  return token;
+}
+
+std::uint64_t ManagerCore::reserve(const ResidencyLocation& location, std::int64_t nbytes, const std::string& label) {
+  if (nbytes < 0) throw std::invalid_argument("reservation nbytes must be non-negative, got " + std::to_string(nbytes));
+  if (label.find_first_not_of(" \t\r\n") == std::string::npos) {
+    throw std::invalid_argument("reservation label must be non-empty");
+  }
+  StateAccess access(*this);
+  require_open_locked();
+  runtime_->check_location(location);
+  reap_locked();
+  return reserve_locked(location, nbytes, label);
+}
+
+std::uint64_t ManagerCore::reserve_locked(const ResidencyLocation& location, std::int64_t nbytes,
+                                          const std::string& label) {
+  runtime_->check_location(location);
+  ledger_.check_admission(location, nbytes);
+  register_location_locked(location);
+  const std::uint64_t token = next_token_++;
+  reservations_.emplace(token, ReservationRecord{location, nbytes, label});
+  ledger_.add_reserved(location, nbytes);
+  bump_locked();
+  return token;
+}
+
+void ManagerCore::release_reservation_locked(std::uint64_t token) {
+  const auto found = reservations_.find(token);
+  if (found == reservations_.end()) return;  // released already, or cleared by close
+  ledger_.remove_reserved(found->second.location, found->second.nbytes);
+  reservations_.erase(found);
+  bump_locked();
+}
+
+void ManagerCore::release_reservation(std::uint64_t token) {
+  StateAccess access(*this);
+  release_reservation_locked(token);
+}
+
+void ManagerCore::release_hold(std::uint64_t token) {
+  StateAccess access(*this);
+  const auto found = holds_.find(token);
+  if (found == holds_.end()) return;
+  for (ValueRecord* record : found->second.records) {
+    Materialization* item = record->at(found->second.location);
+    FHELIUM_CHECK(item != nullptr && item->hold_count > 0, "hold released on an unheld materialization");
+    item->hold_count -= 1;
+  }
+  holds_.erase(found);
+  bump_locked();
+}
+
+ResidentValue ManagerCore::leased_value(std::uint64_t token, const ResidencyHandle& handle) {
+  StateAccess access(*this);
+  const auto found = leases_.find(token);
+  if (closed_ || found == leases_.end() || found->second.state != LeaseState::active) {
+    throw ResidencyLifetimeClosedError("borrowed residency values cannot be read after the lease was released");
+  }
+  for (ValueRecord* record : found->second.records) {
+    if (record->handle != handle) continue;
+    const Materialization* item = record->at(found->second.location);
+    FHELIUM_CHECK(item != nullptr && item->use_count > 0, "leased materialization is not in use");
+    return item->value;
+  }
+  throw std::invalid_argument("handle '" + handle.handle_id + "' is not covered by this lease");
+}
+
+void ManagerCore::add_consumer_stream(std::uint64_t token, const c10::Stream& stream) {
+  StateAccess access(*this);
+  const auto found = leases_.find(token);
+  if (closed_ || found == leases_.end() || found->second.state != LeaseState::active) {
+    throw ResidencyLifetimeClosedError("consumer streams cannot be added after the lease was released");
+  }
+  LeaseRecord& lease = found->second;
+  if (!lease.location.is_cuda()) {
+    throw std::invalid_argument("a lease at " + lease.location.name() + " does not use CUDA streams");
+  }
+  runtime_->check_stream(lease.location, stream);
+  for (const auto& existing : lease.streams) {
+    if (existing == stream) return;
+  }
+  lease.streams.push_back(stream);
+}
+
+void ManagerCore::end_use_locked(LeaseRecord& lease, bool to_pending) {
+  for (ValueRecord* record : lease.records) {
+    Materialization* item = record->at(lease.location);
+    FHELIUM_CHECK(item != nullptr && item->use_count > 0, "lease released on an unused materialization");
+    item->use_count -= 1;
+    if (to_pending) item->pending_count += 1;
+  }
+  if (to_pending) lease.state = LeaseState::pending;
+  bump_locked();
+}
+
+void ManagerCore::finish_pending_locked(std::uint64_t token) {
+  const auto found = leases_.find(token);
+  FHELIUM_CHECK(found != leases_.end() && found->second.state == LeaseState::pending, "finishing a non-pending lease");
+  for (ValueRecord* record : found->second.records) {
+    Materialization* item = record->at(found->second.location);
+    FHELIUM_CHECK(item != nullptr && item->pending_count > 0, "pending protection released twice");
+    item->pending_count -= 1;
+  }
+  leases_.erase(found);
+  bump_locked();
+}
+
+void ManagerCore::release_lease(std::uint64_t token, bool wait) {
+  StateAccess access(*this);
+  release_lease_locked(token, wait);
+}
+
+void ManagerCore::release_lease_locked(std::uint64_t token, bool wait) {
+  const auto found = leases_.find(token);
+  if (found == leases_.end() || found->second.state != LeaseState::active) return;
+  LeaseRecord& lease = found->second;
+  if (!lease.location.is_cuda() || lease.streams.empty()) {
+    // Host reads are complete when the borrower says so.
+    end_use_locked(lease, false);
+    leases_.erase(found);
+    return;
+  }
+  std::vector<std::shared_ptr<CompletionEvent>> events;
+  try {
+    for (const auto& stream : lease.streams) events.push_back(runtime_->record_event(stream));
+  } catch (const std::exception& record_error) {
+    // Without events there is no proof of completion: wait for the streams instead.
+    try {
+      for (const auto& stream : lease.streams) runtime_->synchronize_stream(stream);
+    } catch (const std::exception& sync_error) {
+      end_use_locked(lease, true);
+      diagnose_locked("lease at " + lease.location.name() + ": event recording failed (" + record_error.what() +
+                      ") and stream synchronization failed (" + sync_error.what() +
+                      "); its materializations stay protected until a forced close");
+      return;
+    }
+    const std::string where = lease.location.name();
+    end_use_locked(lease, false);
+    leases_.erase(found);
+    diagnose_locked("lease at " + where + ": event recording failed (" + record_error.what() +
+                    "); released after synchronizing its consumer streams");
+    return;
+  }
+  lease.events = std::move(events);
+  end_use_locked(lease, true);
+  if (!wait) return;
+  for (const auto& event : lease.events) runtime_->synchronize_event(*event);  // on failure: stays pending
+  finish_pending_locked(token);
+}
+
+bool ManagerCore::events_complete_locked(const LeaseRecord& lease) {
+  if (lease.events.empty()) return false;  // unproven: never released by observation
+  try {
+    for (const auto& event : lease.events) {
+      if (!runtime_->query_event(*event)) return false;
+    }
+  } catch (...) {
+    return false;  // a failed query proves nothing; keep the protection
+  }
+  return true;
+}
+
+void ManagerCore::reap_locked() {
+  for (auto it = leases_.begin(); it != leases_.end();) {
+    const std::uint64_t token = it->first;
+    const bool done = it->second.state == LeaseState::pending && events_complete_locked(it->second);
+    ++it;
+    if (done) finish_pending_locked(token);
+  }
+}
+
+void ManagerCore::synchronize_pending_locked() {
+  for (auto it = leases_.begin(); it != leases_.end();) {
+    const std::uint64_t token = it->first;
+    LeaseRecord& lease = it->second;
+    ++it;
+    if (lease.state != LeaseState::pending) continue;
+    try {
+      if (lease.events.empty()) {
+        for (const auto& stream : lease.streams) runtime_->synchronize_stream(stream);
+      } else {
+        for (const auto& event : lease.events) runtime_->synchronize_event(*event);
+      }
+    } catch (const std::exception& error) {
+      diagnose_locked("pending lease at " + lease.location.name() + " could not be synchronized: " + error.what());
+      continue;
+    }
+    finish_pending_locked(token);
+  }
+}
+
+void ManagerCore::abandon_lease(std::uint64_t token, const ResidencyLocation& location) noexcept {
+  try {
+    StateAccess access(*this);
+    if (leases_.count(token) == 0 || leases_.at(token).state != LeaseState::active) return;
+    try {
+      release_lease_locked(token, true);
+      diagnose_locked("an active lease at " + location.name() + " was abandoned; released after waiting for its " +
+                      "consumer streams");
+    } catch (const std::exception& error) {
+      diagnose_locked("an active lease at " + location.name() + " was abandoned and could not be released safely (" +
+                      error.what() + "); its materializations stay protected");
+    }
+  } catch (...) {
+    // Reentrant destruction: the lease record stays active and protective.
+  }
+}
+
+void ManagerCore::abandon_hold(std::uint64_t token, const ResidencyLocation& location) noexcept {
+  try {
+    bool present = false;
+    {
+      StateAccess access(*this);
+      present = holds_.count(token) != 0;
+      if (present) diagnose_locked("an active hold at " + location.name() + " was abandoned; released");
+    }
+    if (present) release_hold(token);
+  } catch (...) {
+  }
+}
+
+void ManagerCore::abandon_reservation(std::uint64_t token, const std::string& label) noexcept {
+  try {
+    StateAccess access(*this);
+    if (reservations_.count(token) == 0) return;
+    release_reservation_locked(token);
+    diagnose_locked("an active reservation '" + label + "' was abandoned; released");
+  } catch (...) {
+  }
+}
+
+}  // namespace fhelium::residency::detail

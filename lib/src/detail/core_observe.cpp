@@ -1,0 +1,236 @@
+// Construction, locking, control state and observation of the manager core.
+#include <atomic>
+#include <chrono>
+#include <stdexcept>
+
+#include "detail/check.hpp"
+#include "detail/manager_core.hpp"
+#include "fhelium/residency/errors.hpp"
+
+namespace fhelium::residency::detail {
+
+namespace {
+
+constexpr std::size_t diagnostics_capacity = 256;
+
+std::string new_manager_id() {
+  static std::atomic<std::uint64_t> next{1};
+  return "manager-" + std::to_string(next.fetch_add(1));
+}
+
+std::size_t checked_trace_capacity(std::int64_t capacity) {
+  if (capacity < 0) throw std::invalid_argument("ManagerOptions trace_capacity must be non-negative");
+  return static_cast<std::size_t>(capacity);
+}
+
+std::shared_ptr<DeviceRuntime> runtime_or_default(std::shared_ptr<DeviceRuntime> runtime) {
+  return runtime ? std::move(runtime) : default_runtime();
+}
+
+}  // namespace
+
+ManagerCore::ManagerCore(ManagerOptions options)
+    : manager_id_(new_manager_id()),
+      runtime_(runtime_or_default(std::move(options.runtime))),
+      trace_capacity_(checked_trace_capacity(options.trace_capacity)),
+      diagnostic_sink_(std::move(options.diagnostic_sink)),
+      values_(manager_id_) {
+  for (const auto& [location, budget] : options.budgets) {
+    runtime_->check_location(location);
+    if (budget < 0) {
+      throw std::invalid_argument("budget for " + location.name() + " must be non-negative, got " +
+                                  std::to_string(budget));
+    }
+    ledger_.add_budget(location, budget);
+  }
+}
+
+ManagerCore::StateAccess::StateAccess(ManagerCore& core) : core_(core) {
+  // A timed loop, not a blocking lock: a thread that starts waiting before a
+  // source load begins must notice the load and fail instead of deadlocking
+  // when the load itself waits on that thread.
+  for (;;) {
+    if (core_.loading_.load(std::memory_order_acquire)) {
+      throw ResidencyReentrancyError("residency manager '" + core_.manager_id_ +
+                                     "' rejects calls while a source load() is running");
+    }
+    if (core_.mutex_.try_lock_for(std::chrono::milliseconds(10))) break;
+  }
+  if (core_.in_operation_) {
+    core_.mutex_.unlock();
+    throw ResidencyReentrancyError("residency manager '" + core_.manager_id_ +
+                                   "' was re-entered from a callback of one of its own operations");
+  }
+  core_.in_operation_ = true;
+}
+
+ManagerCore::StateAccess::~StateAccess() {
+  core_.in_operation_ = false;
+  core_.mutex_.unlock();
+}
+
+void ManagerCore::require_open_locked() const {
+  if (closed_) throw ResidencyClosedError("residency manager '" + manager_id_ + "' is closed");
+}
+
+std::int64_t ManagerCore::clock_locked() {
+  last_clock_ns_ = std::max(last_clock_ns_, runtime_->now_ns());
+  return last_clock_ns_;
+}
+
+void ManagerCore::diagnose_locked(std::string message) {
+  if (diagnostic_sink_) {
+    try {
+      diagnostic_sink_(message);
+    } catch (...) {
+      // A failing sink must not turn a cleanup path into a failure.
+    }
+  }
+  if (diagnostics_.size() == diagnostics_capacity) diagnostics_.pop_front();
+  diagnostics_.push_back(std::move(message));
+}
+
+bool ManagerCore::register_location_locked(const ResidencyLocation& location) {
+  const bool added = ledger_.register_location(location);
+  if (added) bump_locked();
+  return added;
+}
+
+std::uint64_t ManagerCore::state_version() {
+  StateAccess access(*this);
+  require_open_locked();
+  reap_locked();
+  return state_version_;
+}
+
+std::vector<ResidencyLocation> ManagerCore::locations() {
+  StateAccess access(*this);
+  std::vector<ResidencyLocation> result;
+  for (const auto& account : ledger_.accounts()) result.push_back(account.location);
+  return result;
+}
+
+std::pair<std::optional<std::int64_t>, std::optional<std::int64_t>> ManagerCore::sample_allocator_locked(
+    const std::optional<c10::Device>& device) {
+  if (!device) return {};
+  try {
+    const auto stats = runtime_->allocator_stats(*device);
+    if (!stats || stats->allocated_bytes < 0 || stats->reserved_bytes < 0) return {};
+    return {stats->allocated_bytes, stats->reserved_bytes};
+  } catch (...) {
+    return {};  // telemetry is best effort
+  }
+}
+
+ResidencySnapshot ManagerCore::snapshot() {
+  StateAccess access(*this);
+  require_open_locked();
+  reap_locked();
+  struct Aggregate {
+    std::int64_t values = 0, reservations = 0, uses = 0, holds = 0, pending = 0, used = 0;
+  };
+  std::vector<Aggregate> aggregates(ResidencyLocation::ordinal_count);
+  std::vector<ResidencyValueSnapshot> values;
+  values.reserve(values_.records().size());
+  for (const auto& record : values_.records()) {
+    std::vector<MaterializationSnapshot> materializations;
+    materializations.reserve(record->materializations.size());
+    for (const auto& item : record->materializations) {
+      materializations.emplace_back(item.location, record->spec.logical_nbytes, item.storage_nbytes,
+                                    record->spec.storage_nbytes, item.use_count, item.hold_count,
+                                    item.pending_count);
+      Aggregate& aggregate = aggregates[static_cast<std::size_t>(item.location.ordinal())];
+      aggregate.values += 1;
+      aggregate.uses += item.use_count;
+      aggregate.holds += item.hold_count;
+      aggregate.pending += item.pending_count;
+      aggregate.used += record->spec.storage_nbytes;
+    }
+    values.emplace_back(record->handle, record->spec, std::move(materializations), record->source != nullptr,
+                        record->source_location, record->discarded);
+  }
+  std::vector<ResidencyReservationSnapshot> reservations;
+  for (const auto& [token, reservation] : reservations_) {
+    reservations.emplace_back(reservation.location, reservation.nbytes, reservation.label);
+    aggregates[static_cast<std::size_t>(reservation.location.ordinal())].reservations += 1;
+  }
+  std::vector<ResidencyLocationSnapshot> locations;
+  for (const auto& account : ledger_.accounts()) {
+    const Aggregate& aggregate = aggregates[static_cast<std::size_t>(account.location.ordinal())];
+    FHELIUM_CHECK(aggregate.used == account.used_bytes, "ledger used bytes disagree with materializations");
+    const auto [allocated, reserved] = sample_allocator_locked(
+        account.location.is_cuda() ? std::optional<c10::Device>(account.location.device()) : std::nullopt);
+    locations.emplace_back(account.location, account.budget_bytes, account.used_bytes, account.reserved_bytes,
+                           account.remaining_bytes(), account.peak_used_bytes, account.peak_charged_bytes,
+                           aggregate.values, aggregate.reservations, aggregate.uses, aggregate.holds,
+                           aggregate.pending, allocated, reserved);
+  }
+  return ResidencySnapshot(manager_id_, state_version_, std::move(values), std::move(locations),
+                           std::move(reservations), clock_locked());
+}
+
+std::vector<ResidencyTransitionReport> ManagerCore::trace() {
+  StateAccess access(*this);
+  return {trace_.begin(), trace_.end()};
+}
+
+void ManagerCore::clear_trace() {
+  StateAccess access(*this);
+  trace_.clear();
+}
+
+std::vector<std::string> ManagerCore::diagnostics() {
+  StateAccess access(*this);
+  return {diagnostics_.begin(), diagnostics_.end()};
+}
+
+bool ManagerCore::closed() {
+  StateAccess access(*this);
+  return closed_;
+}
+
+void ManagerCore::close(bool wait, bool force) {
+  StateAccess access(*this);
+  if (closed_) return;
+  if (wait) {
+    synchronize_pending_locked();
+  } else {
+    reap_locked();
+  }
+  std::size_t active = 0;
+  for (const auto& [token, lease] : leases_) active += lease.state == LeaseState::active ? 1 : 0;
+  if (!force && (!leases_.empty() || !holds_.empty() || !reservations_.empty())) {
+    throw ResidencyInUseError("residency manager '" + manager_id_ +
+                              "' cannot close with active or pending lifetimes: active_leases=" +
+                              std::to_string(active) + ", pending_leases=" + std::to_string(leases_.size() - active) +
+                              ", holds=" + std::to_string(holds_.size()) +
+                              ", reservations=" + std::to_string(reservations_.size()));
+  }
+  if (force) {
+    // Best effort: let consumer work finish before storage is returned.
+    for (const auto& [token, lease] : leases_) {
+      for (const auto& stream : lease.streams) {
+        try {
+          runtime_->synchronize_stream(stream);
+        } catch (...) {
+          diagnose_locked("forced close could not synchronize stream " + std::to_string(stream.id()) + " on " +
+                          stream.device().str());
+        }
+      }
+    }
+    if (!leases_.empty() || !holds_.empty() || !reservations_.empty()) {
+      diagnose_locked("forced close cleared " + std::to_string(leases_.size()) + " lease(s), " +
+                      std::to_string(holds_.size()) + " hold(s) and " + std::to_string(reservations_.size()) +
+                      " reservation(s)");
+    }
+  }
+  leases_.clear();
+  holds_.clear();
+  reservations_.clear();
+  values_.clear();
+  ledger_.clear_charges();
+  closed_ = true;
+  bump_locked();
+}
+
+}  // namespace fhelium::residency::detail

@@ -1,0 +1,196 @@
+// Plan execution: execute_actions and scope entry/exit. Plans are preflighted
+// as a whole, then executed without rollback; a runtime failure becomes a
+// ResidencyPlanExecutionError carrying the committed prefix and the cause.
+#include <stdexcept>
+
+#include "detail/manager_core.hpp"
+#include "fhelium/residency/errors.hpp"
+
+namespace fhelium::residency::detail {
+
+namespace {
+
+void require_plan_name(const std::string& name) {
+  if (name.find_first_not_of(" \t\r\n") == std::string::npos) {
+    throw std::invalid_argument("residency plan name must be non-empty");
+  }
+}
+
+std::string current_error_text() {
+  try {
+    throw;
+  } catch (const std::exception& error) {
+    return error.what();
+  } catch (...) {
+    return "non-standard exception";
+  }
+}
+
+struct FailurePoint {
+  PlanPhase phase;
+  std::optional<ResidencyAction> action;
+  std::optional<std::int64_t> action_index;
+  std::optional<MemoryReservation> reservation = std::nullopt;
+  std::optional<std::int64_t> reservation_index = std::nullopt;
+};
+
+// Must be called inside a catch block: wraps the current exception.
+[[noreturn]] void throw_execution_error(const std::string& plan_name, FailurePoint point,
+                                        std::vector<ResidencyTransitionReport> transitions, std::int64_t started,
+                                        std::int64_t now) {
+  const std::exception_ptr cause = std::current_exception();
+  const std::string detail = current_error_text();
+  throw ResidencyPlanExecutionError(plan_name, point.phase,
+                                    ResidencyPlanReport(plan_name, std::move(transitions), started, now),
+                                    std::move(point.action), point.action_index, std::move(point.reservation),
+                                    point.reservation_index, cause, detail);
+}
+
+std::vector<const ResidencyAction*> whole_plan(const ResidencyPlan& plan) {
+  std::vector<const ResidencyAction*> actions;
+  actions.reserve(plan.reclaim.size() + plan.enter.size() + plan.exit.size());
+  for (const auto* list : {&plan.reclaim, &plan.enter, &plan.exit}) {
+    for (const auto& action : *list) actions.push_back(&action);
+  }
+  return actions;
+}
+
+}  // namespace
+
+void ManagerCore::require_expected_version_locked(std::optional<std::uint64_t> expected) const {
+  if (expected && *expected != state_version_) throw ResidencyStaleStateError(*expected, state_version_);
+}
+
+void ManagerCore::check_streams_locked(const TransferStreams& streams) const {
+  for (const auto& [location, stream] : streams) runtime_->check_stream(location, stream);
+}
+
+std::optional<c10::Stream> ManagerCore::stream_for(const ResidencyAction& action, const TransferStreams& streams) {
+  const ResidencyLocation* destination = nullptr;
+  if (const auto* ensure = std::get_if<EnsureResident>(&action)) destination = &ensure->location;
+  if (const auto* move = std::get_if<MoveResident>(&action)) destination = &move->to;
+  if (destination == nullptr) return std::nullopt;
+  const auto found = streams.find(*destination);
+  if (found == streams.end()) return std::nullopt;
+  return found->second;
+}
+
+ResidencyPlanExplanation ManagerCore::explain(const ResidencyPlan& plan, std::optional<std::uint64_t> expected) {
+  require_plan_name(plan.name);
+  StateAccess access(*this);
+  require_open_locked();
+  require_expected_version_locked(expected);
+  return explain_locked(plan.name, whole_plan(plan), plan.reservations, plan.reclaim.size());
+}
+
+ResidencyPlanReport ManagerCore::execute_actions(const std::vector<ResidencyAction>& actions, const std::string& name,
+                                                 const TransferStreams& streams,
+                                                 std::optional<std::uint64_t> expected) {
+  require_plan_name(name);
+  StateAccess access(*this);
+  require_open_locked();
+  reap_locked();
+  const std::int64_t started = clock_locked();
+  require_expected_version_locked(expected);
+  check_streams_locked(streams);
+  std::vector<const ResidencyAction*> pointers;
+  pointers.reserve(actions.size());
+  for (const auto& action : actions) pointers.push_back(&action);
+  const ResidencyPlanExplanation explanation = explain_locked(name, pointers, {}, 0);
+  if (!explanation.feasible) {
+    throw ResidencyPlanError("residency plan '" + name + "' is infeasible: " + explanation.reason.value_or("unknown"));
+  }
+  std::vector<ResidencyTransitionReport> transitions;
+  transitions.reserve(actions.size());
+  for (std::size_t index = 0; index < actions.size(); ++index) {
+    try {
+      transitions.push_back(execute_action_locked(actions[index], stream_for(actions[index], streams)));
+    } catch (...) {
+      throw_execution_error(name, {PlanPhase::execute, actions[index], static_cast<std::int64_t>(index)},
+                            std::move(transitions), started, clock_locked());
+    }
+  }
+  return ResidencyPlanReport(name, std::move(transitions), started, clock_locked());
+}
+
+ScopeEntry ManagerCore::enter_scope(const ResidencyPlan& plan, const TransferStreams& streams,
+                                    std::optional<std::uint64_t> expected) {
+  require_plan_name(plan.name);
+  StateAccess access(*this);
+  require_open_locked();
+  reap_locked();
+  ScopeEntry entry;
+  entry.started_at_ns = clock_locked();
+  require_expected_version_locked(expected);
+  check_streams_locked(streams);
+  const ResidencyPlanExplanation explanation =
+      explain_locked(plan.name, whole_plan(plan), plan.reservations, plan.reclaim.size());
+  if (!explanation.feasible) {
+    throw ResidencyPlanError("residency plan '" + plan.name +
+                             "' is infeasible: " + explanation.reason.value_or("unknown"));
+  }
+  // Admitted reservations are released on every failure path of entry.
+  ScopeExit release_reservations([&] {
+    for (auto it = entry.reservation_tokens.rbegin(); it != entry.reservation_tokens.rend(); ++it) {
+      release_reservation_locked(*it);
+    }
+  });
+  const auto run_phase = [&](const std::vector<ResidencyAction>& actions, PlanPhase phase) {
+    for (std::size_t index = 0; index < actions.size(); ++index) {
+      try {
+        entry.transitions.push_back(execute_action_locked(actions[index], stream_for(actions[index], streams)));
+      } catch (...) {
+        throw_execution_error(plan.name, {phase, actions[index], static_cast<std::int64_t>(index)},
+                              entry.transitions, entry.started_at_ns, clock_locked());
+      }
+    }
+  };
+  run_phase(plan.reclaim, PlanPhase::reclaim);
+  for (std::size_t index = 0; index < plan.reservations.size(); ++index) {
+    const MemoryReservation& reservation = plan.reservations[index];
+    try {
+      entry.reservation_tokens.push_back(reserve_locked(reservation.location, reservation.nbytes, reservation.label));
+    } catch (...) {
+      throw_execution_error(plan.name,
+                            {PlanPhase::reserve, std::nullopt, std::nullopt, reservation,
+                             static_cast<std::int64_t>(index)},
+                            entry.transitions, entry.started_at_ns, clock_locked());
+    }
+  }
+  run_phase(plan.enter, PlanPhase::enter);
+  release_reservations.dismiss();
+  return entry;
+}
+
+ResidencyPlanReport ManagerCore::exit_scope(const ResidencyPlan& plan, const TransferStreams& streams,
+                                            const std::vector<std::uint64_t>& reservation_tokens,
+                                            std::vector<ResidencyTransitionReport> transitions,
+                                            std::int64_t started_at_ns) {
+  StateAccess access(*this);
+  ScopeExit release_reservations([&] {
+    for (auto it = reservation_tokens.rbegin(); it != reservation_tokens.rend(); ++it) release_reservation_locked(*it);
+  });
+  require_open_locked();
+  for (std::size_t index = 0; index < plan.exit.size(); ++index) {
+    try {
+      transitions.push_back(execute_action_locked(plan.exit[index], stream_for(plan.exit[index], streams)));
+    } catch (...) {
+      throw_execution_error(plan.name, {PlanPhase::exit, plan.exit[index], static_cast<std::int64_t>(index)},
+                            std::move(transitions), started_at_ns, clock_locked());
+    }
+  }
+  return ResidencyPlanReport(plan.name, std::move(transitions), started_at_ns, clock_locked());
+}
+
+void ManagerCore::abandon_scope(const std::vector<std::uint64_t>& reservation_tokens,
+                                const std::string& plan_name) noexcept {
+  try {
+    StateAccess access(*this);
+    for (auto it = reservation_tokens.rbegin(); it != reservation_tokens.rend(); ++it) release_reservation_locked(*it);
+    diagnose_locked("an active scope for plan '" + plan_name +
+                    "' was abandoned; its reservations were released and its exit actions were not run");
+  } catch (...) {
+  }
+}
+
+}  // namespace fhelium::residency::detail

@@ -1,0 +1,341 @@
+// Values and primitive transitions: adopt, register_source, ensure, move, drop,
+// discard, and the install/remove/reconstruct steps they share.
+#include <stdexcept>
+
+#include "detail/check.hpp"
+#include "detail/manager_core.hpp"
+#include "fhelium/residency/errors.hpp"
+
+namespace fhelium::residency::detail {
+
+namespace {
+
+std::string value_name(const ValueRecord& record) {
+  return "value '" + record.handle.handle_id + "' (" + record.spec.value_type + ")";
+}
+
+}  // namespace
+
+ResidencyHandle ManagerCore::adopt(ResidentValue value, std::optional<ResidencyLocation> at,
+                                   ReplicaMode replica_mode) {
+  StateAccess access(*this);
+  require_open_locked();
+  reap_locked();
+  if (!at) {
+    at = runtime_->locate(value);
+    if (!at) {
+      throw ResidencyMaterializationError("cannot infer the location of " + value.type_name() +
+                                          " value: it has no tensors or they are not all at one location; pass `at`");
+    }
+  }
+  runtime_->check_location(*at);
+  const std::int64_t logical = value.logical_nbytes();
+  ResidencyValueSpec spec(value.type_name(), logical, std::max(logical, value.storage_nbytes()), replica_mode,
+                          Recoverability::must_preserve);
+  ValueRecord& record = values_.add(std::move(spec), nullptr, std::nullopt);
+  try {
+    install_locked(record, *at, std::move(value), false);
+  } catch (...) {
+    values_.remove_last();
+    throw;
+  }
+  return record.handle;
+}
+
+ResidencyHandle ManagerCore::register_source(ResidencyValueSpec spec, std::shared_ptr<ResidencySource> source,
+                                             ResidencyLocation source_location) {
+  if (!source) throw std::invalid_argument("register_source needs a non-null ResidencySource");
+  if (spec.recoverability != Recoverability::reconstructible) {
+    throw std::invalid_argument("a registered ResidencySource requires a RECONSTRUCTIBLE spec");
+  }
+  StateAccess access(*this);
+  require_open_locked();
+  reap_locked();
+  runtime_->check_location(source_location);
+  register_location_locked(source_location);
+  ValueRecord& record = values_.add(std::move(spec), std::move(source), source_location);
+  bump_locked();
+  return record.handle;
+}
+
+ResidencyTransitionReport ManagerCore::run_action(const ResidencyAction& action,
+                                                  const std::optional<c10::Stream>& stream) {
+  StateAccess access(*this);
+  require_open_locked();
+  return execute_action_locked(action, stream);
+}
+
+ResidencyTransitionReport ManagerCore::execute_action_locked(const ResidencyAction& action,
+                                                             const std::optional<c10::Stream>& stream) {
+  reap_locked();
+  const std::int64_t started = clock_locked();
+  ValueRecord& record = values_.lookup(action_handle(action));
+  // Every argument is checked before any state is read for no-op detection.
+  std::visit(
+      [&](const auto& typed) {
+        using T = std::decay_t<decltype(typed)>;
+        if constexpr (std::is_same_v<T, EnsureResident>) {
+          runtime_->check_location(typed.location);
+          if (stream) runtime_->check_stream(typed.location, *stream);
+        } else if constexpr (std::is_same_v<T, MoveResident>) {
+          runtime_->check_location(typed.to);
+          if (typed.from_location) runtime_->check_location(*typed.from_location);
+          if (stream) runtime_->check_stream(typed.to, *stream);
+        } else {
+          if constexpr (std::is_same_v<T, DropResident>) runtime_->check_location(typed.location);
+          if (stream) throw std::invalid_argument("only ensure and move accept a CUDA transfer stream");
+        }
+      },
+      action);
+  const auto allocator_device = allocator_device_for(action, record);
+  const auto before = sample_allocator_locked(allocator_device);
+  std::optional<ResidencyLocation> source;
+  std::optional<ResidencyLocation> destination;
+  std::optional<std::string> no_op_reason;
+  if (const auto* ensure = std::get_if<EnsureResident>(&action)) {
+    destination = ensure->location;
+    ensure_locked(record, *ensure, stream, source, no_op_reason);
+  } else if (const auto* move = std::get_if<MoveResident>(&action)) {
+    destination = move->to;
+    move_locked(record, *move, stream, source, no_op_reason);
+  } else if (const auto* drop = std::get_if<DropResident>(&action)) {
+    source = drop->location;
+    drop_locked(record, *drop, no_op_reason);
+  } else {
+    discard_locked(record);
+  }
+  const auto after = sample_allocator_locked(allocator_device);
+  ResidencyTransitionReport report(action, no_op_reason.has_value(), source, destination, record.spec.logical_nbytes,
+                                   record.spec.storage_nbytes, started, clock_locked(), allocator_device, before.first,
+                                   before.second, after.first, after.second, no_op_reason);
+  if (trace_capacity_ > 0) {
+    if (trace_.size() == trace_capacity_) trace_.pop_front();
+    trace_.push_back(report);
+  }
+  return report;
+}
+
+void ManagerCore::ensure_locked(ValueRecord& record, const EnsureResident& action,
+                                const std::optional<c10::Stream>& stream, std::optional<ResidencyLocation>& source,
+                                std::optional<std::string>& no_op_reason) {
+  if (record.at(action.location) != nullptr) {
+    no_op_reason = "destination already resident";
+    return;
+  }
+  if (record.spec.replica_mode == ReplicaMode::exclusive && !record.materializations.empty()) {
+    throw ResidencyOwnershipError("ensure would replicate EXCLUSIVE " + value_name(record) + " at " +
+                                  action.location.name() + "; use move");
+  }
+  TransferSource from = resolve_transfer_source_locked(record);
+  source = from.location;
+  materialize_locked(record, std::move(from), action.location, stream, false);
+}
+
+void ManagerCore::move_locked(ValueRecord& record, const MoveResident& action,
+                              const std::optional<c10::Stream>& stream, std::optional<ResidencyLocation>& source,
+                              std::optional<std::string>& no_op_reason) {
+  std::optional<ResidencyLocation> chosen;
+  if (action.from_location) {
+    if (record.at(*action.from_location) == nullptr) {
+      throw ResidencyUnavailableError("explicit move source " + action.from_location->name() + " of " +
+                                      value_name(record) + " is not resident");
+    }
+    chosen = action.from_location;
+  } else {
+    chosen = select_source(record, action.to);
+  }
+  if (record.at(action.to) != nullptr) {
+    if (!chosen || *chosen == action.to) {
+      no_op_reason = "destination already owns the selected replica";
+      return;
+    }
+    // Moving onto an existing replica only removes the source.
+    require_removable_locked(record, *record.at(*chosen));
+    source = chosen;
+    remove_materialization_locked(record, *chosen);
+    return;
+  }
+  if (chosen) {
+    const Materialization& item = *record.at(*chosen);
+    require_removable_locked(record, item);
+    source = chosen;
+    const ResidentValue value = item.value;
+    materialize_locked(record, TransferSource{*chosen, value, false}, action.to, stream, true);
+    remove_materialization_locked(record, *chosen);
+    return;
+  }
+  // Never loaded: reconstruct and keep only the destination.
+  TransferSource from = resolve_transfer_source_locked(record);
+  source = from.location;
+  materialize_locked(record, std::move(from), action.to, stream, true);
+}
+
+void ManagerCore::drop_locked(ValueRecord& record, const DropResident& action,
+                              std::optional<std::string>& no_op_reason) {
+  const Materialization* item = record.at(action.location);
+  if (item == nullptr) {
+    no_op_reason = "materialization already absent";
+    return;
+  }
+  require_removable_locked(record, *item);
+  if (record.materializations.size() == 1 && record.source == nullptr) {
+    throw ResidencyOwnershipError("cannot drop the final MUST_PRESERVE materialization of " + value_name(record) +
+                                  " at " + action.location.name() + "; discard the value instead");
+  }
+  remove_materialization_locked(record, action.location);
+}
+
+void ManagerCore::discard_locked(ValueRecord& record) {
+  for (const auto& item : record.materializations) require_removable_locked(record, item);
+  while (!record.materializations.empty()) {
+    remove_materialization_locked(record, record.materializations.back().location);
+  }
+  record.source.reset();
+  record.source_location.reset();
+  record.discarded = true;
+  bump_locked();
+}
+
+void ManagerCore::materialize_locked(ValueRecord& record, TransferSource from, const ResidencyLocation& destination,
+                                     const std::optional<c10::Stream>& stream, bool allow_exclusive_transition) {
+  const std::int64_t charge = record.spec.storage_nbytes;
+  auto release_temporary = [&] {
+    if (from.temporary) {
+      from.temporary = false;
+      ledger_.remove_reserved(from.location, charge);
+    }
+  };
+  ScopeExit guard(release_temporary);
+  if (from.temporary && from.location == destination) {
+    // The loaded value already lives at the destination: one charge serves both.
+    release_temporary();
+    install_locked(record, destination, std::move(from.value), allow_exclusive_transition);
+    return;
+  }
+  ledger_.check_admission(destination, charge);
+  ResidentValue copy = runtime_->copy_to(from.value, destination, stream);
+  install_locked(record, destination, std::move(copy), allow_exclusive_transition);
+}
+
+void ManagerCore::install_locked(ValueRecord& record, const ResidencyLocation& location, ResidentValue value,
+                                 bool allow_exclusive_transition) {
+  FHELIUM_CHECK(record.at(location) == nullptr, "materialization installed twice");
+  if (record.spec.replica_mode == ReplicaMode::exclusive && !record.materializations.empty() &&
+      !allow_exclusive_transition) {
+    throw ResidencyOwnershipError("EXCLUSIVE " + value_name(record) + " cannot have simultaneous replicas");
+  }
+  validate_materialization_locked(record.spec, value, location);
+  ledger_.check_admission(location, record.spec.storage_nbytes);
+  std::vector<StorageKey> keys = runtime_->storage_keys(value);
+  values_.check_unaliased(keys);
+  register_location_locked(location);
+  values_.claim(keys, record.handle, location);
+  const std::int64_t storage = value.storage_nbytes();
+  record.materializations.push_back(Materialization{location, std::move(value), storage, std::move(keys)});
+  ledger_.add_used(location, record.spec.storage_nbytes);
+  bump_locked();
+}
+
+void ManagerCore::remove_materialization_locked(ValueRecord& record, const ResidencyLocation& location) {
+  auto& items = record.materializations;
+  for (auto it = items.begin(); it != items.end(); ++it) {
+    if (it->location != location) continue;
+    FHELIUM_CHECK(!it->is_protected(), "protected materialization removed");
+    values_.unclaim(it->storage_keys);
+    ledger_.remove_used(location, record.spec.storage_nbytes);
+    items.erase(it);
+    bump_locked();
+    return;
+  }
+  FHELIUM_CHECK(false, "removing a materialization that does not exist");
+}
+
+void ManagerCore::require_removable_locked(const ValueRecord& record, const Materialization& item) const {
+  if (!item.is_protected()) return;
+  throw ResidencyInUseError(value_name(record) + " at " + item.location.name() +
+                            " is protected: active_reads=" + std::to_string(item.use_count) +
+                            ", holds=" + std::to_string(item.hold_count) +
+                            ", pending_events=" + std::to_string(item.pending_count));
+}
+
+std::optional<ResidencyLocation> ManagerCore::select_source(const ValueRecord& record,
+                                                            const std::optional<ResidencyLocation>& exclude) {
+  std::optional<ResidencyLocation> best;
+  for (const auto& item : record.materializations) {
+    if (exclude && item.location == *exclude) continue;
+    if (!best || item.location < *best) best = item.location;
+  }
+  return best;
+}
+
+TransferSource ManagerCore::resolve_transfer_source_locked(ValueRecord& record) {
+  if (const auto existing = select_source(record, std::nullopt)) {
+    return TransferSource{*existing, record.at(*existing)->value, false};
+  }
+  if (!record.source) {
+    throw ResidencyUnavailableError(value_name(record) + " has no materialization and no reconstruction source");
+  }
+  const ResidencyLocation location = *record.source_location;
+  const std::int64_t charge = record.spec.storage_nbytes;
+  ledger_.check_admission(location, charge);
+  ledger_.add_reserved(location, charge);
+  ScopeExit release([&] { ledger_.remove_reserved(location, charge); });
+  std::optional<ResidentValue> loaded;
+  {
+    loading_.store(true, std::memory_order_release);
+    ScopeExit done([&] { loading_.store(false, std::memory_order_release); });
+    loaded = record.source->load();
+  }
+  validate_materialization_locked(record.spec, *loaded, location);
+  release.dismiss();
+  return TransferSource{location, std::move(*loaded), true};
+}
+
+void ManagerCore::validate_materialization_locked(const ResidencyValueSpec& spec, const ResidentValue& value,
+                                                  const ResidencyLocation& location) const {
+  if (value.type_name() != spec.value_type) {
+    throw ResidencyMaterializationError("expected a " + spec.value_type + " value, got " + value.type_name());
+  }
+  if (!runtime_->occupies(value, location)) {
+    const auto actual = runtime_->locate(value);
+    throw ResidencyMaterializationError(spec.value_type + " value lives at " +
+                                        (actual ? actual->name() : std::string("mixed or unknown locations")) +
+                                        ", not at " + location.name());
+  }
+  if (value.logical_nbytes() != spec.logical_nbytes) {
+    throw ResidencyMaterializationError("logical payload size mismatch for " + spec.value_type +
+                                        ": expected=" + std::to_string(spec.logical_nbytes) +
+                                        ", actual=" + std::to_string(value.logical_nbytes()));
+  }
+  const std::int64_t actual_storage = std::max(value.logical_nbytes(), value.storage_nbytes());
+  if (actual_storage > spec.storage_nbytes) {
+    throw ResidencyMaterializationError("backing storage of " + spec.value_type + " exceeds its registered charge: " +
+                                        "charge=" + std::to_string(spec.storage_nbytes) +
+                                        ", actual=" + std::to_string(actual_storage));
+  }
+}
+
+std::optional<c10::Device> ManagerCore::allocator_device_for(const ResidencyAction& action,
+                                                             const ValueRecord& record) const {
+  std::vector<ResidencyLocation> candidates;
+  if (const auto* ensure = std::get_if<EnsureResident>(&action)) {
+    candidates.push_back(ensure->location);
+  } else if (const auto* move = std::get_if<MoveResident>(&action)) {
+    candidates.push_back(move->to);
+    if (move->from_location) {
+      candidates.push_back(*move->from_location);
+    } else {
+      for (const auto& item : record.materializations) candidates.push_back(item.location);
+    }
+  } else if (const auto* drop = std::get_if<DropResident>(&action)) {
+    candidates.push_back(drop->location);
+  } else {
+    for (const auto& item : record.materializations) candidates.push_back(item.location);
+  }
+  for (const auto& location : candidates) {
+    if (location.is_cuda()) return location.device();
+  }
+  return std::nullopt;
+}
+
+}  // namespace fhelium::residency::detail

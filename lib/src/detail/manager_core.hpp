@@ -1,0 +1,221 @@
+// ManagerCore: the shared state behind ResidencyManager and its lifetimes.
+//
+// The core composes the location ledger, the value table and the lifetime
+// tables under one state lock, and implements each public operation. Its
+// methods are split over several sources by job: transitions, lifetimes,
+// plans, explain (plan simulation) and observation. Public entry points take
+// the lock through StateAccess; *_locked helpers require it held.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "detail/ledger.hpp"
+#include "detail/value_table.hpp"
+#include "fhelium/residency/manager.hpp"
+#include "fhelium/residency/runtime.hpp"
+#include "fhelium/residency/value.hpp"
+
+namespace fhelium::residency::detail {
+
+enum class LeaseState { active, pending };
+
+struct LeaseRecord {
+  std::vector<ValueRecord*> records;
+  ResidencyLocation location;
+  LeaseState state = LeaseState::active;
+  std::vector<c10::Stream> streams;
+  // Completion events once pending. Empty while pending means recording and the
+  // synchronous fallback both failed: protection stays until a forced close.
+  std::vector<std::shared_ptr<CompletionEvent>> events;
+};
+
+struct HoldRecord {
+  std::vector<ValueRecord*> records;
+  ResidencyLocation location;
+};
+
+struct ReservationRecord {
+  ResidencyLocation location;
+  std::int64_t nbytes = 0;
+  std::string label;
+};
+
+// A value ready to copy from: an existing replica or a freshly loaded one
+// whose temporary charge is still held at `location`.
+struct TransferSource {
+  ResidencyLocation location;
+  ResidentValue value;
+  bool temporary = false;
+};
+
+struct ScopeEntry {
+  std::vector<std::uint64_t> reservation_tokens;
+  std::vector<ResidencyTransitionReport> transitions;
+  std::int64_t started_at_ns = 0;
+};
+
+class ManagerCore {
+ public:
+  explicit ManagerCore(ManagerOptions options);
+
+  const std::string& manager_id() const { return manager_id_; }
+  const std::shared_ptr<DeviceRuntime>& runtime() const { return runtime_; }
+
+  // Observation (core_observe.cpp).
+  std::uint64_t state_version();
+  std::vector<ResidencyLocation> locations();
+  ResidencySnapshot snapshot();
+  std::vector<ResidencyTransitionReport> trace();
+  void clear_trace();
+  std::vector<std::string> diagnostics();
+  void close(bool wait, bool force);
+  bool closed();
+
+  // Values and primitives (core_transitions.cpp).
+  ResidencyHandle adopt(ResidentValue value, std::optional<ResidencyLocation> at, ReplicaMode replica_mode);
+  ResidencyHandle register_source(ResidencyValueSpec spec, std::shared_ptr<ResidencySource> source,
+                                  ResidencyLocation source_location);
+  ResidencyTransitionReport run_action(const ResidencyAction& action, const std::optional<c10::Stream>& stream);
+
+  // Plans (core_plans.cpp, explain in plan_simulation.cpp).
+  ResidencyPlanReport execute_actions(const std::vector<ResidencyAction>& actions, const std::string& name,
+                                      const TransferStreams& streams, std::optional<std::uint64_t> expected);
+  ResidencyPlanExplanation explain(const ResidencyPlan& plan, std::optional<std::uint64_t> expected);
+  ScopeEntry enter_scope(const ResidencyPlan& plan, const TransferStreams& streams,
+                         std::optional<std::uint64_t> expected);
+  ResidencyPlanReport exit_scope(const ResidencyPlan& plan, const TransferStreams& streams,
+                                 const std::vector<std::uint64_t>& reservation_tokens,
+                                 std::vector<ResidencyTransitionReport> transitions, std::int64_t started_at_ns);
+  void abandon_scope(const std::vector<std::uint64_t>& reservation_tokens, const std::string& plan_name) noexcept;
+
+  // Lifetimes (core_lifetimes.cpp).
+  std::uint64_t acquire(const std::vector<ResidencyHandle>& handles, const ResidencyLocation& at,
+                        const std::optional<c10::Stream>& consumer_stream);
+  std::uint64_t hold(const std::vector<ResidencyHandle>& handles, const ResidencyLocation& at);
+  std::uint64_t reserve(const ResidencyLocation& location, std::int64_t nbytes, const std::string& label);
+  ResidentValue leased_value(std::uint64_t token, const ResidencyHandle& handle);
+  void add_consumer_stream(std::uint64_t token, const c10::Stream& stream);
+  void release_lease(std::uint64_t token, bool wait);
+  void release_hold(std::uint64_t token);
+  void release_reservation(std::uint64_t token);
+  // Destructor paths: never throw; record a diagnostic.
+  void abandon_lease(std::uint64_t token, const ResidencyLocation& location) noexcept;
+  void abandon_hold(std::uint64_t token, const ResidencyLocation& location) noexcept;
+  void abandon_reservation(std::uint64_t token, const std::string& label) noexcept;
+
+ private:
+  // Holds the state lock for one public call and rejects reentry: from a
+  // source load (any thread) and from a callback on the calling thread.
+  class StateAccess {
+   public:
+    explicit StateAccess(ManagerCore& core);
+    ~StateAccess();
+    StateAccess(const StateAccess&) = delete;
+    StateAccess& operator=(const StateAccess&) = delete;
+
+   private:
+    ManagerCore& core_;
+  };
+
+  // Control state.
+  void require_open_locked() const;
+  void bump_locked() { ++state_version_; }
+  std::int64_t clock_locked();
+  void diagnose_locked(std::string message);
+  void require_expected_version_locked(std::optional<std::uint64_t> expected) const;
+  void check_streams_locked(const TransferStreams& streams) const;
+  static std::optional<c10::Stream> stream_for(const ResidencyAction& action, const TransferStreams& streams);
+  bool register_location_locked(const ResidencyLocation& location);
+
+  // Transitions (core_transitions.cpp).
+  ResidencyTransitionReport execute_action_locked(const ResidencyAction& action,
+                                                  const std::optional<c10::Stream>& stream);
+  void ensure_locked(ValueRecord& record, const EnsureResident& action, const std::optional<c10::Stream>& stream,
+                     std::optional<ResidencyLocation>& source, std::optional<std::string>& no_op_reason);
+  void move_locked(ValueRecord& record, const MoveResident& action, const std::optional<c10::Stream>& stream,
+                   std::optional<ResidencyLocation>& source, std::optional<std::string>& no_op_reason);
+  void drop_locked(ValueRecord& record, const DropResident& action, std::optional<std::string>& no_op_reason);
+  void discard_locked(ValueRecord& record);
+  void materialize_locked(ValueRecord& record, TransferSource source, const ResidencyLocation& destination,
+                          const std::optional<c10::Stream>& stream, bool allow_exclusive_transition);
+  void install_locked(ValueRecord& record, const ResidencyLocation& location, ResidentValue value,
+                      bool allow_exclusive_transition);
+  void remove_materialization_locked(ValueRecord& record, const ResidencyLocation& location);
+  void require_removable_locked(const ValueRecord& record, const Materialization& item) const;
+  TransferSource resolve_transfer_source_locked(ValueRecord& record);
+  static std::optional<ResidencyLocation> select_source(const ValueRecord& record,
+                                                        const std::optional<ResidencyLocation>& exclude);
+  void validate_materialization_locked(const ResidencyValueSpec& spec, const ResidentValue& value,
+                                       const ResidencyLocation& location) const;
+  std::optional<c10::Device> allocator_device_for(const ResidencyAction& action, const ValueRecord& record) const;
+  std::pair<std::optional<std::int64_t>, std::optional<std::int64_t>> sample_allocator_locked(
+      const std::optional<c10::Device>& device);
+
+  // Plans (core_plans.cpp, plan_simulation.cpp).
+  ResidencyPlanExplanation explain_locked(const std::string& name, const std::vector<const ResidencyAction*>& actions,
+                                          const std::vector<MemoryReservation>& reservations,
+                                          std::size_t reservations_after);
+  bool simulated_protected_locked(const Materialization& item);
+
+  // Lifetimes (core_lifetimes.cpp).
+  std::vector<ValueRecord*> resident_records_locked(const std::vector<ResidencyHandle>& handles,
+                                                    const ResidencyLocation& at);
+  std::uint64_t reserve_locked(const ResidencyLocation& location, std::int64_t nbytes, const std::string& label);
+  void release_reservation_locked(std::uint64_t token);
+  void release_lease_locked(std::uint64_t token, bool wait);
+  void end_use_locked(LeaseRecord& lease, bool to_pending);
+  void finish_pending_locked(std::uint64_t token);
+  bool events_complete_locked(const LeaseRecord& lease);
+  void reap_locked();
+  void synchronize_pending_locked();
+
+  const std::string manager_id_;
+  const std::shared_ptr<DeviceRuntime> runtime_;
+  const std::size_t trace_capacity_;
+  const std::function<void(const std::string&)> diagnostic_sink_;
+
+  std::recursive_timed_mutex mutex_;
+  bool in_operation_ = false;
+  std::atomic<bool> loading_{false};
+
+  bool closed_ = false;
+  std::uint64_t state_version_ = 0;
+  std::int64_t last_clock_ns_ = 0;
+  LocationLedger ledger_;
+  ValueTable values_;
+  std::uint64_t next_token_ = 1;
+  std::map<std::uint64_t, LeaseRecord> leases_;
+  std::map<std::uint64_t, HoldRecord> holds_;
+  std::map<std::uint64_t, ReservationRecord> reservations_;
+  std::deque<ResidencyTransitionReport> trace_;
+  std::deque<std::string> diagnostics_;
+};
+
+// Calls `f` on scope exit unless dismissed; used for release-on-every-path.
+template <class F>
+class ScopeExit {
+ public:
+  explicit ScopeExit(F f) : f_(std::move(f)) {}
+  ~ScopeExit() {
+    if (armed_) f_();
+  }
+  void dismiss() { armed_ = false; }
+  ScopeExit(const ScopeExit&) = delete;
+  ScopeExit& operator=(const ScopeExit&) = delete;
+
+ private:
+  F f_;
+  bool armed_ = true;
+};
+
+}  // namespace fhelium::residency::detail

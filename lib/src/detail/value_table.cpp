@@ -1,0 +1,98 @@
+#include "detail/value_table.hpp"
+
+#include <charconv>
+
+#include "detail/check.hpp"
+#include "fhelium/residency/errors.hpp"
+
+namespace fhelium::residency::detail {
+
+Materialization* ValueRecord::at(const ResidencyLocation& location) {
+  for (auto& item : materializations) {
+    if (item.location == location) return &item;
+  }
+  return nullptr;
+}
+
+const Materialization* ValueRecord::at(const ResidencyLocation& location) const {
+  return const_cast<ValueRecord*>(this)->at(location);
+}
+
+ValueRecord& ValueTable::add(ResidencyValueSpec spec, std::shared_ptr<ResidencySource> source,
+                             std::optional<ResidencyLocation> source_location) {
+  const std::uint64_t serial = next_serial_++;
+  ResidencyHandle handle{manager_id_, std::to_string(serial), spec.value_type};
+  records_.push_back(std::make_unique<ValueRecord>(
+      ValueRecord{std::move(handle), std::move(spec), std::move(source), source_location, {}, false}));
+  index_by_serial_.emplace(serial, records_.size() - 1);
+  return *records_.back();
+}
+
+void ValueTable::remove_last() {
+  FHELIUM_CHECK(!records_.empty(), "rollback without a record");
+  FHELIUM_CHECK(records_.back()->materializations.empty(), "rolled-back record still has materializations");
+  const auto& handle_id = records_.back()->handle.handle_id;
+  index_by_serial_.erase(std::stoull(handle_id));
+  records_.pop_back();
+}
+
+ValueRecord* ValueTable::find(const ResidencyHandle& handle) {
+  if (handle.manager_id != manager_id_) return nullptr;
+  std::uint64_t serial = 0;
+  const char* begin = handle.handle_id.data();
+  const char* end = begin + handle.handle_id.size();
+  const auto [stop, error] = std::from_chars(begin, end, serial);
+  if (error != std::errc{} || stop != end) return nullptr;
+  const auto found = index_by_serial_.find(serial);
+  if (found == index_by_serial_.end()) return nullptr;
+  ValueRecord& record = *records_[found->second];
+  return record.handle == handle ? &record : nullptr;
+}
+
+ValueRecord& ValueTable::lookup(const ResidencyHandle& handle) {
+  if (handle.manager_id != manager_id_) {
+    throw ResidencyHandleError("handle '" + handle.handle_id + "' belongs to manager '" + handle.manager_id +
+                               "', not '" + manager_id_ + "'");
+  }
+  ValueRecord* record = find(handle);
+  if (record == nullptr) {
+    throw ResidencyHandleError("residency handle '" + handle.handle_id + "' (" + handle.value_type +
+                               ") is unknown to manager '" + manager_id_ + "'");
+  }
+  if (record->discarded) throw ResidencyHandleError("residency value '" + handle.handle_id + "' has been discarded");
+  return *record;
+}
+
+void ValueTable::check_unaliased(const std::vector<StorageKey>& keys) const {
+  for (const auto& key : keys) {
+    const auto found = storage_owners_.find(key);
+    if (found != storage_owners_.end()) {
+      throw ResidencyOwnershipError("managed materializations must own independent backing storage; storage on " +
+                                    key.device.str() + " is already owned by value '" + found->second.handle_id +
+                                    "' at " + found->second.location.name());
+    }
+  }
+}
+
+void ValueTable::claim(const std::vector<StorageKey>& keys, const ResidencyHandle& owner,
+                       const ResidencyLocation& location) {
+  for (const auto& key : keys) {
+    const bool inserted = storage_owners_.emplace(key, Owner{owner.handle_id, location}).second;
+    FHELIUM_CHECK(inserted, "storage claimed twice");
+  }
+}
+
+void ValueTable::unclaim(const std::vector<StorageKey>& keys) {
+  for (const auto& key : keys) {
+    const auto erased = storage_owners_.erase(key);
+    FHELIUM_CHECK(erased == 1, "storage released that was never claimed");
+  }
+}
+
+void ValueTable::clear() {
+  records_.clear();
+  index_by_serial_.clear();
+  storage_owners_.clear();
+}
+
+}  // namespace fhelium::residency::detail

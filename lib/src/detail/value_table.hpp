@@ -1,0 +1,80 @@
+// Value records: handle issue and lookup, materializations per value in
+// insertion order, and the storage-ownership index that rejects aliasing.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "fhelium/residency/location.hpp"
+#include "fhelium/residency/model.hpp"
+#include "fhelium/residency/value.hpp"
+
+namespace fhelium::residency::detail {
+
+struct Materialization {
+  ResidencyLocation location;
+  ResidentValue value;
+  std::int64_t storage_nbytes = 0;  // actual unique backing storage
+  std::vector<StorageKey> storage_keys;
+  std::int64_t use_count = 0;
+  std::int64_t hold_count = 0;
+  std::int64_t pending_count = 0;
+
+  bool is_protected() const { return use_count > 0 || hold_count > 0 || pending_count > 0; }
+};
+
+struct ValueRecord {
+  ResidencyHandle handle;
+  ResidencyValueSpec spec;
+  std::shared_ptr<ResidencySource> source;
+  std::optional<ResidencyLocation> source_location;
+  std::vector<Materialization> materializations;  // insertion order
+  bool discarded = false;
+
+  Materialization* at(const ResidencyLocation& location);
+  const Materialization* at(const ResidencyLocation& location) const;
+};
+
+class ValueTable {
+ public:
+  explicit ValueTable(std::string manager_id) : manager_id_(std::move(manager_id)) {}
+
+  // Creates a record with a fresh handle (never reissued, even after rollback).
+  ValueRecord& add(ResidencyValueSpec spec, std::shared_ptr<ResidencySource> source,
+                   std::optional<ResidencyLocation> source_location);
+  // Removes the record most recently added (a failed adopt).
+  void remove_last();
+
+  // The live record of `handle`; throws ResidencyHandleError for a foreign,
+  // unknown or discarded handle.
+  ValueRecord& lookup(const ResidencyHandle& handle);
+  // The record of `handle` including discarded ones; nullptr when foreign or unknown.
+  ValueRecord* find(const ResidencyHandle& handle);
+
+  const std::vector<std::unique_ptr<ValueRecord>>& records() const { return records_; }
+
+  // Throws ResidencyOwnershipError naming the owner when a key is already managed.
+  void check_unaliased(const std::vector<StorageKey>& keys) const;
+  void claim(const std::vector<StorageKey>& keys, const ResidencyHandle& owner, const ResidencyLocation& location);
+  void unclaim(const std::vector<StorageKey>& keys);
+
+  void clear();
+
+ private:
+  struct Owner {
+    std::string handle_id;
+    ResidencyLocation location;
+  };
+
+  std::string manager_id_;
+  std::uint64_t next_serial_ = 1;
+  std::vector<std::unique_ptr<ValueRecord>> records_;
+  std::unordered_map<std::uint64_t, std::size_t> index_by_serial_;
+  std::unordered_map<StorageKey, Owner> storage_owners_;
+};
+
+}  // namespace fhelium::residency::detail

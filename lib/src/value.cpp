@@ -1,0 +1,59 @@
+#include "fhelium/residency/value.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace fhelium::residency {
+
+namespace {
+
+void require_unique_name(const std::string& name, const std::vector<std::string>& seen, const char* what) {
+  if (name.empty()) throw std::invalid_argument(std::string("ResidentValue ") + what + " name must be non-empty");
+  if (std::find(seen.begin(), seen.end(), name) != seen.end()) {
+    throw std::invalid_argument(std::string("ResidentValue has duplicate ") + what + " '" + name + "'");
+  }
+}
+
+}  // namespace
+
+ResidentValue::ResidentValue(std::string type_name, std::vector<Field> fields, std::vector<Attribute> attributes)
+    : type_name_(std::move(type_name)), fields_(std::move(fields)), attributes_(std::move(attributes)) {
+  if (type_name_.empty()) throw std::invalid_argument("ResidentValue type name must be non-empty");
+  std::vector<std::string> names;
+  for (const auto& [name, tensor] : fields_) {
+    require_unique_name(name, names, "field");
+    names.push_back(name);
+    if (!tensor.defined()) throw std::invalid_argument("ResidentValue field '" + name + "' holds no tensor");
+    logical_nbytes_ += static_cast<std::int64_t>(tensor.numel()) * static_cast<std::int64_t>(tensor.element_size());
+    const c10::Storage& storage = tensor.storage();
+    const StorageKey key{tensor.device(), reinterpret_cast<std::uintptr_t>(storage.unsafeGetStorageImpl())};
+    if (std::find(storage_keys_.begin(), storage_keys_.end(), key) == storage_keys_.end()) {
+      storage_keys_.push_back(key);
+      storage_nbytes_ += static_cast<std::int64_t>(storage.nbytes());
+    }
+  }
+  names.clear();
+  for (const auto& attribute : attributes_) {
+    require_unique_name(attribute.first, names, "attribute");
+    names.push_back(attribute.first);
+  }
+}
+
+const at::Tensor& ResidentValue::field(const std::string& name) const {
+  for (const auto& [field_name, tensor] : fields_) {
+    if (field_name == name) return tensor;
+  }
+  throw std::out_of_range("ResidentValue '" + type_name_ + "' has no field '" + name + "'");
+}
+
+ResidentValue ResidentValue::with_tensors(std::vector<at::Tensor> tensors) const {
+  if (tensors.size() != fields_.size()) {
+    throw std::invalid_argument("ResidentValue::with_tensors needs one tensor per field");
+  }
+  std::vector<Field> fields;
+  fields.reserve(fields_.size());
+  for (std::size_t i = 0; i < fields_.size(); ++i) fields.emplace_back(fields_[i].first, std::move(tensors[i]));
+  return ResidentValue(type_name_, std::move(fields), attributes_);
+}
+
+}  // namespace fhelium::residency
