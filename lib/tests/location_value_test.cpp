@@ -1,0 +1,114 @@
+// Locations, values, specs and actions: parsing, naming, byte counts, validation.
+#include <ATen/ops/arange.h>
+#include <ATen/ops/zeros.h>
+#include <gtest/gtest.h>
+
+#include <unordered_set>
+
+#include "support.hpp"
+
+namespace fhelium::residency {
+namespace {
+
+using testing::make_value;
+using testing::make_view_value;
+
+TEST(Location, CanonicalNamesAndDevices) {
+  EXPECT_EQ(PAGEABLE_HOST.name(), "pageable-host");
+  EXPECT_EQ(PINNED_HOST.name(), "pinned-host");
+  EXPECT_EQ(cuda_location(7).name(), "cuda:7");
+  EXPECT_EQ(PAGEABLE_HOST.device(), c10::Device(c10::DeviceType::CPU));
+  EXPECT_EQ(PINNED_HOST.device(), c10::Device(c10::DeviceType::CPU));
+  EXPECT_EQ(cuda_location(3).device(), c10::Device(c10::DeviceType::CUDA, 3));
+  EXPECT_EQ(cuda_location(3).cuda_index(), 3);
+  EXPECT_EQ(PINNED_HOST.cuda_index(), -1);
+  EXPECT_NE(PAGEABLE_HOST, PINNED_HOST);
+}
+
+TEST(Location, ParseRoundTripsEveryCanonicalName) {
+  for (int index = 0; index <= max_cuda_device_index; ++index) {
+    EXPECT_EQ(ResidencyLocation::parse("cuda:" + std::to_string(index)), cuda_location(index));
+  }
+  EXPECT_EQ(ResidencyLocation::parse("pageable-host"), PAGEABLE_HOST);
+  EXPECT_EQ(ResidencyLocation::parse("pinned-host"), PINNED_HOST);
+}
+
+TEST(Location, ParseRejectsMalformedNames) {
+  for (const char* text : {"cuda", "cuda:", "cuda:-1", "cuda:128", "cuda:01", "cuda:1x", "cpu", "", "CUDA:0",
+                           "pinned_host", "cuda:0 ", "cuda:99999999999"}) {
+    EXPECT_THROW(ResidencyLocation::parse(text), std::invalid_argument) << text;
+  }
+  try {
+    ResidencyLocation::parse("gpu:0");
+    FAIL();
+  } catch (const std::invalid_argument& error) {
+    EXPECT_NE(std::string(error.what()).find("gpu:0"), std::string::npos);
+  }
+  EXPECT_THROW(cuda_location(-1), std::invalid_argument);
+  EXPECT_THROW(cuda_location(128), std::invalid_argument);
+  EXPECT_THROW(ResidencyLocation(ResidencyLocationKind::pinned_host, 2), std::invalid_argument);
+}
+
+TEST(Location, OrderIsPageablePinnedThenCudaByIndex) {
+  EXPECT_LT(PAGEABLE_HOST, PINNED_HOST);
+  EXPECT_LT(PINNED_HOST, cuda_location(0));
+  EXPECT_LT(cuda_location(0), cuda_location(1));
+  EXPECT_LT(cuda_location(9), cuda_location(10));
+  std::unordered_set<ResidencyLocation> set{PAGEABLE_HOST, PINNED_HOST, cuda_location(0), cuda_location(0)};
+  EXPECT_EQ(set.size(), 3u);
+}
+
+TEST(ResidentValue, CountsLogicalAndUniqueStorageBytes) {
+  const ResidentValue value = make_value(256);
+  EXPECT_EQ(value.logical_nbytes(), 1024);
+  EXPECT_EQ(value.storage_nbytes(), 1024);
+  EXPECT_EQ(value.type_name(), "Blob");
+  ASSERT_EQ(value.attributes().size(), 2u);
+  EXPECT_EQ(std::get<std::int64_t>(value.attributes()[0].second), 3);
+
+  // Two 16-element views of one 64-element storage: the storage counts once.
+  const ResidentValue views = make_view_value(64, 16);
+  EXPECT_EQ(views.logical_nbytes(), 2 * 16 * 4);
+  EXPECT_EQ(views.storage_nbytes(), 64 * 4);
+  EXPECT_EQ(views.storage_keys().size(), 1u);
+}
+
+TEST(ResidentValue, RejectsMalformedBundles) {
+  const at::Tensor tensor = at::zeros({4});
+  EXPECT_THROW(ResidentValue("", {{"a", tensor}}), std::invalid_argument);
+  EXPECT_THROW(ResidentValue("T", {{"", tensor}}), std::invalid_argument);
+  EXPECT_THROW(ResidentValue("T", {{"a", tensor}, {"a", tensor}}), std::invalid_argument);
+  EXPECT_THROW(ResidentValue("T", {{"a", at::Tensor()}}), std::invalid_argument);
+  EXPECT_THROW(ResidentValue("T", {{"a", tensor}}, {{"k", std::int64_t{1}}, {"k", 2.0}}), std::invalid_argument);
+  EXPECT_THROW(make_value(4).field("missing"), std::out_of_range);
+  EXPECT_THROW(make_value(4).with_tensors({}), std::invalid_argument);
+}
+
+TEST(ValueSpec, ValidatesBytesAndType) {
+  const ResidencyValueSpec spec("Blob", 10, 12, ReplicaMode::replicable, Recoverability::reconstructible);
+  EXPECT_EQ(spec.storage_nbytes, 12);
+  EXPECT_THROW(ResidencyValueSpec("", 1, 1, ReplicaMode::exclusive, Recoverability::must_preserve),
+               std::invalid_argument);
+  EXPECT_THROW(ResidencyValueSpec("B", -1, 1, ReplicaMode::exclusive, Recoverability::must_preserve),
+               std::invalid_argument);
+  EXPECT_THROW(ResidencyValueSpec("B", 0, -1, ReplicaMode::exclusive, Recoverability::must_preserve),
+               std::invalid_argument);
+  EXPECT_THROW(ResidencyValueSpec("B", 8, 4, ReplicaMode::exclusive, Recoverability::must_preserve),
+               std::invalid_argument);
+  EXPECT_EQ(to_string(Recoverability::must_preserve), "must-preserve");
+  EXPECT_EQ(to_string(ReplicaMode::replicable), "replicable");
+}
+
+TEST(Plan, ReservationsValidateAndActionsDescribeThemselves) {
+  EXPECT_THROW(MemoryReservation(PAGEABLE_HOST, -1, "x"), std::invalid_argument);
+  EXPECT_THROW(MemoryReservation(PAGEABLE_HOST, 1, "  "), std::invalid_argument);
+  const ResidencyHandle handle{"m", "7", "Blob"};
+  const ResidencyAction move = MoveResident{handle, cuda_location(1), PINNED_HOST};
+  EXPECT_EQ(describe(move), "move 7 pinned-host -> cuda:1");
+  EXPECT_STREQ(action_kind(move), "move");
+  EXPECT_EQ(action_handle(move), handle);
+  EXPECT_EQ(describe(ResidencyAction{DiscardValue{handle}}), "discard 7");
+}
+
+}  // namespace
+}  // namespace fhelium::residency

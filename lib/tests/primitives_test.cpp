@@ -1,0 +1,384 @@
+// Primitive transitions: adopt, register_source, ensure/copy, move, drop,
+// discard, handle validation, aliasing, streams and location registration.
+#include <ATen/ops/zeros.h>
+#include <gtest/gtest.h>
+
+#include "support.hpp"
+
+namespace fhelium::residency {
+namespace {
+
+using namespace testing;
+
+struct SourceFailure : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+ResidencyValueSpec blob_spec(std::int64_t elements, ReplicaMode mode = ReplicaMode::exclusive) {
+  return ResidencyValueSpec("Blob", elements * 4, elements * 4, mode, Recoverability::reconstructible);
+}
+
+TEST(Adopt, ChargesMaxOfLogicalAndStorageAndInfersLocation) {
+  auto fixture = make_fixture();
+  ResidencyManager& manager = *fixture.manager;
+  const std::uint64_t before = manager.state_version();
+  const ResidencyHandle handle = manager.adopt(make_value(256));
+  EXPECT_EQ(handle.manager_id, manager.manager_id());
+  EXPECT_EQ(handle.value_type, "Blob");
+  EXPECT_FALSE(handle.handle_id.empty());
+  // Registering pageable host and installing the materialization are two changes.
+  EXPECT_EQ(manager.state_version(), before + 2);
+  const ResidencySnapshot snapshot = manager.snapshot();
+  const ResidencyValueSnapshot* value = snapshot.value(handle);
+  ASSERT_NE(value, nullptr);
+  EXPECT_EQ(value->spec.recoverability, Recoverability::must_preserve);
+  EXPECT_EQ(value->spec.replica_mode, ReplicaMode::exclusive);
+  EXPECT_EQ(value->spec.storage_nbytes, 1024);
+  EXPECT_FALSE(value->has_source);
+  ASSERT_EQ(value->materializations.size(), 1u);
+  EXPECT_EQ(value->materializations[0].location, PAGEABLE_HOST);
+  EXPECT_EQ(location_state(manager, PAGEABLE_HOST).used_bytes, 1024);
+
+  // Views of one storage: logical 128 bytes, storage 256 bytes, charge 256.
+  const ResidencyHandle views = manager.adopt(make_view_value(64, 16));
+  const ResidencySnapshot after = manager.snapshot();
+  EXPECT_EQ(after.value(views)->spec.logical_nbytes, 128);
+  EXPECT_EQ(after.value(views)->spec.storage_nbytes, 256);
+  EXPECT_EQ(after.location(PAGEABLE_HOST)->used_bytes, 1024 + 256);
+}
+
+TEST(Adopt, HandlesAreFreshAndRejectedByOtherManagers) {
+  auto first = make_fixture();
+  auto second = make_fixture();
+  const ResidencyHandle a = first.manager->adopt(make_value(4));
+  const ResidencyHandle b = first.manager->adopt(make_value(4));
+  EXPECT_NE(a, b);
+  EXPECT_NE(first.manager->manager_id(), second.manager->manager_id());
+  EXPECT_THROW(second.manager->ensure(a, PAGEABLE_HOST), ResidencyHandleError);
+  EXPECT_THROW(first.manager->drop(ResidencyHandle{first.manager->manager_id(), "999", "Blob"}, PAGEABLE_HOST),
+               ResidencyHandleError);
+  EXPECT_THROW(first.manager->drop(ResidencyHandle{first.manager->manager_id(), "x1", "Blob"}, PAGEABLE_HOST),
+               ResidencyHandleError);
+  // A handle id with the wrong value type is not the same handle.
+  EXPECT_THROW(first.manager->discard(ResidencyHandle{a.manager_id, a.handle_id, "Other"}), ResidencyHandleError);
+}
+
+TEST(Adopt, RejectsWrongLocationMissingDeviceAndAliasedStorage) {
+  auto fixture = make_fixture();
+  ResidencyManager& manager = *fixture.manager;
+  EXPECT_THROW(manager.adopt(make_value(4), CUDA0), ResidencyMaterializationError);
+  EXPECT_THROW(manager.adopt(make_value(4), cuda_location(5)), std::invalid_argument);
+  EXPECT_TRUE(manager.locations().empty());
+  const ResidentValue value = make_value(8);
+  manager.adopt(value);
+  const ResidentValue alias("Blob", {{"data", value.field("data").narrow(0, 0, 4)}});
+  EXPECT_THROW(manager.adopt(alias), ResidencyOwnershipError);
+  const ResidencySnapshot snapshot = manager.snapshot();
+  EXPECT_EQ(snapshot.values.size(), 1u);
+  EXPECT_EQ(snapshot.location(PAGEABLE_HOST)->used_bytes, 32);
+}
+
+TEST(Adopt, AtPinnedOrCudaNeedsAValueThatLivesThere) {
+  auto fixture = make_fixture();
+  const ResidentValue on_cuda = fixture.runtime->copy_to(make_value(16), CUDA1, std::nullopt);
+  const ResidencyHandle handle = fixture.manager->adopt(on_cuda);
+  EXPECT_EQ(resident_at(*fixture.manager, handle), std::vector<ResidencyLocation>{CUDA1});
+  const ResidentValue pinned = fixture.runtime->copy_to(make_value(16), PINNED_HOST, std::nullopt);
+  EXPECT_THROW(fixture.manager->adopt(pinned, PAGEABLE_HOST), ResidencyMaterializationError);
+  EXPECT_EQ(resident_at(*fixture.manager, fixture.manager->adopt(pinned, PINNED_HOST)),
+            std::vector<ResidencyLocation>{PINNED_HOST});
+}
+
+TEST(RegisterSource, IsLazyAndReconstructsWithATemporaryCharge) {
+  auto fixture = make_fixture();
+  ResidencyManager& manager = *fixture.manager;
+  int loads = 0;
+  const ResidencyHandle handle = manager.register_source(blob_spec(64), [&] {
+    ++loads;
+    return make_value(64, 5.0f);
+  });
+  EXPECT_EQ(loads, 0);
+  EXPECT_EQ(manager.locations(), std::vector<ResidencyLocation>{PAGEABLE_HOST});
+  const ResidencyValueSnapshot value = *manager.snapshot().value(handle);
+  EXPECT_TRUE(value.has_source);
+  EXPECT_EQ(value.source_location, PAGEABLE_HOST);
+  EXPECT_TRUE(value.materializations.empty());
+
+  const ResidencyTransitionReport report = manager.ensure(handle, CUDA0);
+  EXPECT_EQ(loads, 1);
+  EXPECT_EQ(report.source, PAGEABLE_HOST);
+  EXPECT_EQ(report.destination, CUDA0);
+  EXPECT_FALSE(report.no_op);
+  EXPECT_EQ(resident_at(manager, handle), std::vector<ResidencyLocation>{CUDA0});
+  const ResidencyLocationSnapshot host = location_state(manager, PAGEABLE_HOST);
+  EXPECT_EQ(host.used_bytes, 0);
+  EXPECT_EQ(host.reserved_bytes, 0);
+  EXPECT_EQ(host.peak_used_bytes, 0);
+  EXPECT_EQ(host.peak_charged_bytes, 256);  // the temporary reconstruction charge
+  EXPECT_EQ(location_state(manager, CUDA0).used_bytes, 256);
+  auto lease = manager.acquire({handle}, CUDA0, fixture.runtime->stream(0));
+  EXPECT_TRUE(same_contents(lease.value(handle), make_value(64, 5.0f)));
+}
+
+TEST(RegisterSource, LoadingAtTheDestinationChargesOnce) {
+  auto fixture = make_fixture({{PAGEABLE_HOST, 256}});
+  ResidencyManager& manager = *fixture.manager;
+  const ResidencyHandle handle = manager.register_source(blob_spec(64), [] { return make_value(64); });
+  manager.ensure(handle, PAGEABLE_HOST);
+  const ResidencyLocationSnapshot host = location_state(manager, PAGEABLE_HOST);
+  EXPECT_EQ(host.used_bytes, 256);
+  EXPECT_EQ(host.reserved_bytes, 0);
+  EXPECT_EQ(host.peak_charged_bytes, 256);
+  EXPECT_EQ(host.remaining_budget_bytes, 0);
+}
+
+TEST(RegisterSource, RejectsMustPreserveAndNullSources) {
+  auto fixture = make_fixture();
+  EXPECT_THROW(fixture.manager->register_source(
+                   ResidencyValueSpec("Blob", 4, 4, ReplicaMode::exclusive, Recoverability::must_preserve),
+                   [] { return make_value(1); }),
+               std::invalid_argument);
+  EXPECT_THROW(fixture.manager->register_source(blob_spec(1), std::shared_ptr<ResidencySource>()),
+               std::invalid_argument);
+  EXPECT_THROW(fixture.manager->register_source(blob_spec(1), [] { return make_value(1); }, cuda_location(9)),
+               std::invalid_argument);
+  EXPECT_TRUE(fixture.manager->snapshot().values.empty());
+}
+
+TEST(RegisterSource, BadMaterializationsAndLoadFailuresReleaseTheTemporaryCharge) {
+  auto fixture = make_fixture();
+  ResidencyManager& manager = *fixture.manager;
+  const ResidencyHandle wrong_size = manager.register_source(blob_spec(64), [] { return make_value(63); });
+  const ResidencyHandle wrong_type = manager.register_source(blob_spec(64), [] { return make_value(64, 1, "Key"); });
+  const ResidencyHandle wrong_place =
+      manager.register_source(blob_spec(64), [] { return make_value(64); }, PINNED_HOST);
+  const ResidencyHandle failing =
+      manager.register_source(blob_spec(64), []() -> ResidentValue { throw SourceFailure("disk gone"); });
+  const std::uint64_t version = manager.state_version();
+  EXPECT_THROW(manager.ensure(wrong_size, CUDA0), ResidencyMaterializationError);
+  EXPECT_THROW(manager.ensure(wrong_type, CUDA0), ResidencyMaterializationError);
+  EXPECT_THROW(manager.move(wrong_place, CUDA0), ResidencyMaterializationError);
+  EXPECT_THROW(manager.ensure(failing, CUDA0), SourceFailure);  // type preserved
+  EXPECT_EQ(manager.state_version(), version);
+  const ResidencySnapshot snapshot = manager.snapshot();
+  EXPECT_EQ(snapshot.location(CUDA0), nullptr);  // never registered by a failed copy
+  EXPECT_EQ(snapshot.location(PAGEABLE_HOST)->reserved_bytes, 0);
+  EXPECT_EQ(snapshot.location(PINNED_HOST)->reserved_bytes, 0);
+  EXPECT_EQ(snapshot.location(PAGEABLE_HOST)->peak_charged_bytes, 256);
+  for (const auto& value : snapshot.values) EXPECT_TRUE(value.materializations.empty());
+}
+
+TEST(Ensure, ReplicatesReplicableAndRefusesExclusive) {
+  auto fixture = make_fixture();
+  ResidencyManager& manager = *fixture.manager;
+  const ResidencyHandle shared = manager.adopt(make_value(16), std::nullopt, ReplicaMode::replicable);
+  const ResidencyHandle exclusive = manager.adopt(make_value(16));
+  const ResidencyTransitionReport report = manager.copy(shared, CUDA1);
+  EXPECT_EQ(report.source, PAGEABLE_HOST);
+  EXPECT_EQ(report.allocator_device, CUDA1.device());
+  EXPECT_EQ(report.allocator_allocated_bytes_before, 0);
+  EXPECT_EQ(report.allocator_allocated_bytes_after, 64);
+  EXPECT_EQ(resident_at(manager, shared), (std::vector<ResidencyLocation>{PAGEABLE_HOST, CUDA1}));
+  EXPECT_THROW(manager.ensure(exclusive, CUDA1), ResidencyOwnershipError);
+
+  const std::uint64_t version = manager.state_version();
+  const ResidencyTransitionReport again = manager.ensure(shared, CUDA1);
+  EXPECT_TRUE(again.no_op);
+  EXPECT_EQ(again.reason, "destination already resident");
+  EXPECT_FALSE(again.source.has_value());
+  EXPECT_EQ(manager.state_version(), version);  // no-ops do not bump
+  EXPECT_EQ(manager.trace().back(), again);     // but they are traced
+  auto lease = manager.acquire({shared}, CUDA1, fixture.runtime->stream(1));
+  EXPECT_TRUE(same_contents(lease.value(shared), make_value(16)));
+}
+
+TEST(Move, MovesExclusiveValuesAndChoosesSourcesDeterministically) {
+  auto fixture = make_fixture();
+  ResidencyManager& manager = *fixture.manager;
+  const ResidencyHandle exclusive = manager.adopt(make_value(16));
+  EXPECT_EQ(manager.move(exclusive, CUDA0).source, PAGEABLE_HOST);
+  EXPECT_EQ(resident_at(manager, exclusive), std::vector<ResidencyLocation>{CUDA0});
+  EXPECT_EQ(manager.move(exclusive, PINNED_HOST).source, CUDA0);
+  EXPECT_EQ(location_state(manager, CUDA0).used_bytes, 0);
+
+  const ResidencyHandle shared = manager.adopt(fixture.runtime->copy_to(make_value(8), CUDA1, std::nullopt),
+                                               std::nullopt, ReplicaMode::replicable);
+  manager.ensure(shared, CUDA0);
+  manager.ensure(shared, PINNED_HOST);
+  // Pageable first, then pinned, then CUDA by index.
+  EXPECT_EQ(manager.move(shared, PAGEABLE_HOST).source, PINNED_HOST);
+  EXPECT_EQ(manager.move(shared, PINNED_HOST).source, PAGEABLE_HOST);
+  EXPECT_EQ(manager.move(shared, PAGEABLE_HOST).source, PINNED_HOST);
+  // Moving onto an existing replica removes only the source.
+  const ResidencyTransitionReport onto = manager.move(shared, CUDA0);
+  EXPECT_FALSE(onto.no_op);
+  EXPECT_EQ(onto.source, PAGEABLE_HOST);
+  EXPECT_EQ(resident_at(manager, shared), (std::vector<ResidencyLocation>{CUDA1, CUDA0}));
+  // Explicit sources must be resident.
+  EXPECT_THROW(manager.move(shared, PINNED_HOST, PAGEABLE_HOST), ResidencyUnavailableError);
+  EXPECT_EQ(manager.move(shared, PINNED_HOST, CUDA1).source, CUDA1);
+  auto lease = manager.acquire({shared}, PINNED_HOST);
+  EXPECT_TRUE(same_contents(lease.value(shared), make_value(8)));
+}
+
+TEST(Move, NoOpReportsNoSourceAndNeverLoadedValuesKeepOnlyTheDestination) {
+  auto fixture = make_fixture();
+  ResidencyManager& manager = *fixture.manager;
+  const ResidencyHandle value = manager.adopt(make_value(4));
+  const ResidencyTransitionReport no_op = manager.move(value, PAGEABLE_HOST);
+  EXPECT_TRUE(no_op.no_op);
+  EXPECT_FALSE(no_op.source.has_value());
+  EXPECT_EQ(no_op.reason, "destination already owns the selected replica");
+  EXPECT_TRUE(manager.move(value, PAGEABLE_HOST, PAGEABLE_HOST).no_op);
+
+  int loads = 0;
+  const ResidencyHandle lazy = manager.register_source(blob_spec(4), [&] {
+    ++loads;
+    return make_value(4);
+  });
+  const ResidencyTransitionReport moved = manager.move(lazy, CUDA1);
+  EXPECT_EQ(moved.source, PAGEABLE_HOST);
+  EXPECT_EQ(loads, 1);
+  EXPECT_EQ(resident_at(manager, lazy), std::vector<ResidencyLocation>{CUDA1});
+  EXPECT_EQ(location_state(manager, PAGEABLE_HOST).reserved_bytes, 0);
+}
+
+TEST(Drop, RefusesTheLastMustPreserveCopyAndAllowsReconstructibleOnes) {
+  auto fixture = make_fixture();
+  ResidencyManager& manager = *fixture.manager;
+  const ResidencyHandle kept = manager.adopt(make_value(4), std::nullopt, ReplicaMode::replicable);
+  EXPECT_THROW(manager.drop(kept, PAGEABLE_HOST), ResidencyOwnershipError);
+  const ResidencyTransitionReport absent = manager.drop(kept, CUDA0);
+  EXPECT_TRUE(absent.no_op);
+  EXPECT_EQ(absent.reason, "materialization already absent");
+  EXPECT_EQ(manager.snapshot().location(CUDA0), nullptr);  // a no-op registers nothing
+  manager.ensure(kept, CUDA0);
+  EXPECT_EQ(manager.drop(kept, PAGEABLE_HOST).source, PAGEABLE_HOST);
+  EXPECT_EQ(resident_at(manager, kept), std::vector<ResidencyLocation>{CUDA0});
+
+  const ResidencyHandle lazy = manager.register_source(blob_spec(4), [] { return make_value(4); });
+  manager.ensure(lazy, CUDA0);
+  manager.drop(lazy, CUDA0);
+  EXPECT_TRUE(resident_at(manager, lazy).empty());
+  manager.ensure(lazy, CUDA0);  // reconstructs again
+  EXPECT_EQ(resident_at(manager, lazy), std::vector<ResidencyLocation>{CUDA0});
+}
+
+TEST(Discard, KeepsTheHandleVisibleAndRejectsLaterUse) {
+  auto fixture = make_fixture();
+  ResidencyManager& manager = *fixture.manager;
+  const ResidencyHandle value = manager.adopt(make_value(4), std::nullopt, ReplicaMode::replicable);
+  manager.ensure(value, CUDA0);
+  const ResidencyTransitionReport report = manager.discard(value);
+  EXPECT_FALSE(report.no_op);
+  EXPECT_FALSE(report.destination.has_value());
+  const ResidencySnapshot snapshot = manager.snapshot();
+  const ResidencyValueSnapshot* entry = snapshot.value(value);
+  ASSERT_NE(entry, nullptr);
+  EXPECT_TRUE(entry->discarded);
+  EXPECT_TRUE(entry->materializations.empty());
+  EXPECT_FALSE(entry->has_source);
+  EXPECT_EQ(snapshot.location(PAGEABLE_HOST)->used_bytes, 0);
+  EXPECT_EQ(snapshot.location(CUDA0)->used_bytes, 0);
+  EXPECT_EQ(snapshot.location(CUDA0)->peak_used_bytes, 16);
+  EXPECT_THROW(manager.discard(value), ResidencyHandleError);
+  EXPECT_THROW(manager.ensure(value, CUDA0), ResidencyHandleError);
+  EXPECT_THROW(manager.acquire({value}, PAGEABLE_HOST), ResidencyHandleError);
+
+  const ResidencyHandle lazy = manager.register_source(blob_spec(4), [] { return make_value(4); });
+  manager.discard(lazy);
+  EXPECT_FALSE(manager.snapshot().value(lazy)->has_source);
+}
+
+TEST(Streams, AreValidatedBeforeNoOpDetectionWithoutChangingState) {
+  auto fixture = make_fixture();
+  ResidencyManager& manager = *fixture.manager;
+  const ResidencyHandle value = manager.adopt(make_value(4), std::nullopt, ReplicaMode::replicable);
+  manager.ensure(value, CUDA0, fixture.runtime->stream(0, 3));
+  const ResidencySnapshot before = manager.snapshot();
+  EXPECT_THROW(manager.ensure(value, PAGEABLE_HOST, fixture.runtime->stream(0)), std::invalid_argument);
+  EXPECT_THROW(manager.ensure(value, CUDA0, fixture.runtime->stream(1)), std::invalid_argument);
+  EXPECT_THROW(manager.move(value, CUDA0, std::nullopt, fixture.runtime->stream(1)), std::invalid_argument);
+  EXPECT_THROW(manager.ensure(value, cuda_location(4)), std::invalid_argument);
+  EXPECT_THROW(manager.move(value, CUDA1, cuda_location(4)), std::invalid_argument);
+  const c10::Stream cpu_stream(c10::Stream::DEFAULT, c10::Device(c10::DeviceType::CPU));
+  EXPECT_THROW(manager.ensure(value, CUDA1, cpu_stream), std::invalid_argument);
+  ResidencySnapshot after = manager.snapshot();
+  after.captured_at_ns = before.captured_at_ns;
+  EXPECT_EQ(after, before);
+}
+
+TEST(Locations, RegisterBudgetsFirstThenOnFirstSuccessfulUse) {
+  harness::SimulatedRuntimeOptions options;
+  options.capacity_bytes[CUDA1] = 8;
+  auto fixture = make_fixture({{CUDA0, 1000}, {PINNED_HOST, 1000}}, options);
+  ResidencyManager& manager = *fixture.manager;
+  EXPECT_EQ(manager.locations(), (std::vector<ResidencyLocation>{PINNED_HOST, CUDA0}));
+  const ResidencyHandle value = manager.adopt(make_value(4), std::nullopt, ReplicaMode::replicable);
+  EXPECT_THROW(manager.ensure(value, CUDA1), c10::OutOfMemoryError);  // allocator exhausted
+  EXPECT_EQ(manager.locations(), (std::vector<ResidencyLocation>{PINNED_HOST, CUDA0, PAGEABLE_HOST}));
+  manager.explain(ResidencyPlan{"probe", {}, {EnsureResident{value, CUDA1}}, {}, {}});
+  EXPECT_EQ(manager.locations().size(), 3u);
+  EXPECT_THROW(ResidencyManager(ManagerOptions{{{cuda_location(2), 1}}, 16, fixture.runtime, {}}),
+               std::invalid_argument);
+  EXPECT_THROW(ResidencyManager(ManagerOptions{{{PAGEABLE_HOST, -1}}, 16, fixture.runtime, {}}),
+               std::invalid_argument);
+  EXPECT_THROW(ResidencyManager(ManagerOptions{{}, -1, fixture.runtime, {}}), std::invalid_argument);
+}
+
+TEST(Locations, PinnedHostWorksWithoutAPinningRuntimeUntilSomethingMaterializesThere) {
+  harness::SimulatedRuntimeOptions options;
+  options.can_pin = false;
+  auto fixture = make_fixture({{PINNED_HOST, 64}}, options);
+  ResidencyManager& manager = *fixture.manager;
+  auto reservation = manager.reserve(PINNED_HOST, 16, "staging");
+  const ResidencyHandle value = manager.adopt(make_value(4));
+  EXPECT_TRUE(manager.drop(value, PINNED_HOST).no_op);
+  EXPECT_TRUE(manager.explain(ResidencyPlan{"pin", {}, {MoveResident{value, PINNED_HOST, {}}}, {}, {}}).feasible);
+  EXPECT_THROW(manager.move(value, PINNED_HOST), ResidencyUnavailableError);
+  EXPECT_EQ(resident_at(manager, value), std::vector<ResidencyLocation>{PAGEABLE_HOST});
+  EXPECT_EQ(location_state(manager, PINNED_HOST).used_bytes, 0);
+}
+
+TEST(TorchRuntime, PageableIsRealAndMissingDevicesSayWhy) {
+  const auto runtime = std::make_shared<TorchRuntime>();
+  ResidencyManager manager(ManagerOptions{{}, 16, runtime, {}});
+  const ResidencyHandle value = manager.adopt(make_value(32), std::nullopt, ReplicaMode::replicable);
+  if (runtime->cuda_device_count() == 0) {
+    try {
+      manager.ensure(value, CUDA0);
+      FAIL() << "cuda:0 should be unavailable";
+    } catch (const std::invalid_argument& error) {
+      EXPECT_NE(std::string(error.what()).find("0 CUDA device"), std::string::npos) << error.what();
+    }
+  }
+  if (!runtime->can_pin()) {
+    EXPECT_THROW(manager.ensure(value, PINNED_HOST), ResidencyUnavailableError);
+    EXPECT_EQ(manager.snapshot().location(PINNED_HOST), nullptr);
+  }
+  const ResidentValue copy = runtime->copy_to(make_value(32), PAGEABLE_HOST, std::nullopt);
+  EXPECT_TRUE(same_contents(copy, make_value(32)));
+  EXPECT_EQ(runtime->locate(copy), PAGEABLE_HOST);
+  EXPECT_GT(runtime->now_ns(), 0);
+}
+
+TEST(Trace, IsBoundedAndClearable) {
+  auto runtime = std::make_shared<harness::SimulatedRuntime>();
+  ResidencyManager manager(ManagerOptions{{}, 2, runtime, {}});
+  const ResidencyHandle value = manager.adopt(make_value(4), std::nullopt, ReplicaMode::replicable);
+  manager.ensure(value, CUDA0);
+  manager.ensure(value, CUDA1);
+  manager.drop(value, CUDA0);
+  const auto trace = manager.trace();
+  ASSERT_EQ(trace.size(), 2u);
+  EXPECT_EQ(trace[0].destination, CUDA1);
+  EXPECT_TRUE(std::holds_alternative<DropResident>(trace[1].action));
+  manager.clear_trace();
+  EXPECT_TRUE(manager.trace().empty());
+  ResidencyManager silent(ManagerOptions{{}, 0, runtime, {}});
+  silent.ensure(silent.adopt(make_value(4)), PAGEABLE_HOST);
+  EXPECT_TRUE(silent.trace().empty());
+}
+
+}  // namespace
+}  // namespace fhelium::residency
