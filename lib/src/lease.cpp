@@ -60,7 +60,14 @@ void ResidencyLease::add_consumer_stream(const c10::Stream& stream) {
 
 void ResidencyLease::release(bool wait) {
   if (!active_) return;
-  core_->release_lease(token_, wait);
+  try {
+    core_->release_lease(token_, wait);
+  } catch (const ResidencyReentrancyError&) {
+    throw;  // rejected before anything changed: the lease is still active
+  } catch (...) {
+    active_ = false;  // the borrow ended; only the wait for its events failed
+    throw;
+  }
   active_ = false;
 }
 
