@@ -1,0 +1,301 @@
+// Plans: execute_actions, explain, scopes, stale decisions and execution errors.
+#include <gtest/gtest.h>
+
+#include "support.hpp"
+
+namespace fhelium::residency {
+namespace {
+
+using namespace testing;
+
+struct PlanFixture : ::testing::Test {
+  SimulatedFixture fixture = make_fixture({{CUDA0, 256}});
+  ResidencyManager& manager = *fixture.manager;
+  ResidencyHandle a = manager.adopt(make_value(16, 1.0f));  // 64 bytes each
+  ResidencyHandle b = manager.adopt(make_value(16, 2.0f));
+  ResidencyHandle c = manager.adopt(make_value(16, 3.0f));
+};
+
+ResidencySnapshot without_time(ResidencySnapshot snapshot) {
+  snapshot.captured_at_ns = 0;
+  return snapshot;
+}
+
+TEST_F(PlanFixture, ExecuteActionsRunsInOrderAndReportsEachTransition) {
+  const ResidencyPlanReport report = manager.execute_actions(
+      {MoveResident{a, CUDA0, {}}, MoveResident{b, CUDA0, {}}, EnsureResident{a, CUDA0}, DropResident{c, CUDA1}},
+      "stage");
+  EXPECT_EQ(report.plan_name, "stage");
+  ASSERT_EQ(report.transitions.size(), 4u);
+  EXPECT_EQ(report.transitions[0].source, PAGEABLE_HOST);
+  EXPECT_TRUE(report.transitions[2].no_op);
+  EXPECT_TRUE(report.transitions[3].no_op);
+  EXPECT_LE(report.started_at_ns, report.completed_at_ns);
+  EXPECT_EQ(location_state(manager, CUDA0).used_bytes, 128);
+  EXPECT_THROW(manager.execute_actions({}, " "), std::invalid_argument);
+}
+
+TEST_F(PlanFixture, InfeasiblePlansChangeNothing) {
+  manager.move(a, CUDA0);
+  manager.move(b, CUDA0);
+  manager.move(c, CUDA0);  // 192 of 256
+  const ResidencyHandle d = manager.adopt(make_value(16, 4.0f));
+  const ResidencyHandle e = manager.adopt(make_value(16, 5.0f));
+  const ResidencySnapshot before = manager.snapshot();
+  try {
+    // The first move fits exactly; the second would exceed the budget.
+    manager.execute_actions({MoveResident{d, CUDA0, {}}, MoveResident{e, CUDA0, {}}});
+    FAIL();
+  } catch (const ResidencyPlanError& error) {
+    EXPECT_NE(std::string(error.what()).find("exceeds budget at cuda:0"), std::string::npos) << error.what();
+  }
+  EXPECT_EQ(without_time(manager.snapshot()), without_time(before));
+}
+
+TEST_F(PlanFixture, ExplainPredictsWithoutChangingState) {
+  const ResidencyHandle lazy = manager.register_source(
+      ResidencyValueSpec("Blob", 64, 64, ReplicaMode::exclusive, Recoverability::reconstructible),
+      [] { return make_value(16); }, PINNED_HOST);
+  auto reservation = manager.reserve(CUDA0, 32, "existing");
+  const ResidencySnapshot before = manager.snapshot();
+  const ResidencyPlan plan{"layer",
+                           {DropResident{c, PAGEABLE_HOST}},
+                           {MoveResident{a, CUDA0, {}}, EnsureResident{lazy, CUDA0}, EnsureResident{a, CUDA0}},
+                           {MoveResident{a, PAGEABLE_HOST, {}}},
+                           {MemoryReservation(CUDA0, 64, "workspace"), MemoryReservation(CUDA1, 10, "peer")}};
+  // The reclaim drop fails (last MUST_PRESERVE copy): infeasible at the first action.
+  ResidencyPlanExplanation explanation = manager.explain(plan);
+  EXPECT_FALSE(explanation.feasible);
+  ASSERT_EQ(explanation.actions.size(), 1u);
+  EXPECT_EQ(explanation.actions[0].reason, "cannot drop the final MUST_PRESERVE materialization");
+  EXPECT_EQ(explanation.reason, explanation.actions[0].reason);
+
+  ResidencyPlan feasible = plan;
+  feasible.reclaim = {EnsureResident{c, PAGEABLE_HOST}};
+  explanation = manager.explain(feasible);
+  EXPECT_TRUE(explanation.feasible);
+  ASSERT_EQ(explanation.actions.size(), 5u);
+  EXPECT_TRUE(explanation.actions[0].no_op);
+  EXPECT_EQ(explanation.actions[1].source, PAGEABLE_HOST);
+  EXPECT_EQ(explanation.actions[2].source, PINNED_HOST);  // reconstruction
+  EXPECT_TRUE(explanation.actions[3].no_op);
+  EXPECT_EQ(explanation.actions[4].destination, PAGEABLE_HOST);
+  // Tracked locations in registration order, then locations first referenced by the plan.
+  ASSERT_EQ(explanation.predicted_peak_bytes.size(), 4u);
+  EXPECT_EQ(explanation.predicted_peak_bytes[0].first, CUDA0);
+  EXPECT_EQ(explanation.predicted_peak_bytes[1].first, PAGEABLE_HOST);
+  EXPECT_EQ(explanation.predicted_peak_bytes[2].first, PINNED_HOST);
+  EXPECT_EQ(explanation.predicted_peak_bytes[3].first, CUDA1);
+  EXPECT_EQ(explanation.predicted_peak(CUDA0), 32 + 64 + 64 + 64);
+  EXPECT_EQ(explanation.predicted_peak(PINNED_HOST), 64);  // temporary load
+  EXPECT_EQ(explanation.predicted_peak(CUDA1), 10);
+  EXPECT_EQ(without_time(manager.snapshot()), without_time(before));  // no bump, no registration
+
+  // A reservation over budget is infeasible and named.
+  ResidencyPlan greedy = feasible;
+  greedy.reservations = {MemoryReservation(CUDA0, 300, "huge")};
+  explanation = manager.explain(greedy);
+  EXPECT_FALSE(explanation.feasible);
+  EXPECT_EQ(explanation.reason, "reservation 'huge' exceeds budget at cuda:0");
+  EXPECT_TRUE(explanation.actions.size() == 1u);  // reservations come after reclaim
+}
+
+TEST_F(PlanFixture, ExplainReportsBadHandlesAndLocationsAsReasons) {
+  auto other = make_fixture();
+  const ResidencyHandle foreign = other.manager->adopt(make_value(1));
+  ResidencyPlanExplanation explanation = manager.explain(ResidencyPlan{"p", {}, {EnsureResident{foreign, CUDA0}}, {}, {}});
+  EXPECT_FALSE(explanation.feasible);
+  EXPECT_EQ(explanation.actions[0].logical_nbytes, 0);
+  EXPECT_NE(explanation.reason->find("belongs to manager"), std::string::npos);
+  explanation = manager.explain(ResidencyPlan{"p", {}, {EnsureResident{a, cuda_location(9)}}, {}, {}});
+  EXPECT_FALSE(explanation.feasible);
+  EXPECT_NE(explanation.reason->find("not available"), std::string::npos);
+  explanation = manager.explain(ResidencyPlan{"p", {}, {DiscardValue{a}, EnsureResident{a, CUDA0}}, {}, {}});
+  EXPECT_FALSE(explanation.feasible);
+  EXPECT_EQ(explanation.actions.size(), 2u);
+  EXPECT_NE(explanation.reason->find("is discarded"), std::string::npos);
+  EXPECT_THROW(manager.explain(ResidencyPlan{"", {}, {}, {}, {}}), std::invalid_argument);
+}
+
+TEST_F(PlanFixture, ScopesRunReclaimReservationsEnterBodyExit) {
+  manager.move(c, CUDA0);
+  ResidencyPlan plan{"attention",
+                     {MoveResident{c, PAGEABLE_HOST, {}}},
+                     {MoveResident{a, CUDA0, {}}, MoveResident{b, CUDA0, {}}},
+                     {MoveResident{b, PAGEABLE_HOST, {}}},
+                     {MemoryReservation(CUDA0, 128, "activations")}};
+  ResidencyScope scope = manager.scope(plan);
+  EXPECT_FALSE(scope.active());
+  EXPECT_THROW(scope.close(), std::logic_error);
+  scope.enter();
+  EXPECT_TRUE(scope.active());
+  EXPECT_THROW(scope.enter(), std::logic_error);
+  ResidencyLocationSnapshot state = location_state(manager, CUDA0);
+  EXPECT_EQ(state.used_bytes, 128);
+  EXPECT_EQ(state.reserved_bytes, 128);
+  EXPECT_EQ(state.remaining_budget_bytes, 0);
+  const auto report = scope.close();
+  ASSERT_TRUE(report.has_value());
+  EXPECT_EQ(report->transitions.size(), 4u);
+  EXPECT_EQ(resident_at(manager, b), std::vector<ResidencyLocation>{PAGEABLE_HOST});
+  state = location_state(manager, CUDA0);
+  EXPECT_EQ(state.reserved_bytes, 0);
+  EXPECT_EQ(state.peak_charged_bytes, 256);
+  EXPECT_EQ(scope.close(), report);  // idempotent
+}
+
+TEST_F(PlanFixture, StaleDecisionsAreRejectedBeforeAnyChange) {
+  const std::uint64_t version = manager.state_version();
+  const ResidencyPlanExplanation explanation =
+      manager.explain(ResidencyPlan{"p", {}, {MoveResident{a, CUDA0, {}}}, {}, {}}, version);
+  EXPECT_TRUE(explanation.feasible);
+  manager.move(b, CUDA0);
+  try {
+    manager.execute_actions({MoveResident{a, CUDA0, {}}}, "p", {}, version);
+    FAIL();
+  } catch (const ResidencyStaleStateError& error) {
+    EXPECT_EQ(error.expected_version(), version);
+    EXPECT_EQ(error.actual_version(), manager.state_version());
+  }
+  EXPECT_THROW(manager.explain(ResidencyPlan{"p", {}, {}, {}, {}}, version), ResidencyPlanError);
+  ResidencyScope scope = manager.scope(ResidencyPlan{"p", {}, {MoveResident{a, CUDA0, {}}}, {}, {}}, {}, version);
+  EXPECT_THROW(scope.enter(), ResidencyStaleStateError);
+  EXPECT_FALSE(scope.close().has_value());  // a failed entry consumes the scope
+  EXPECT_EQ(resident_at(manager, a), std::vector<ResidencyLocation>{PAGEABLE_HOST});
+}
+
+struct Flaky : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+TEST_F(PlanFixture, ExecutionFailuresCarryPhaseIndexPartialReportAndCause) {
+  int loads = 0;
+  const ResidencyHandle flaky = manager.register_source(
+      ResidencyValueSpec("Blob", 64, 64, ReplicaMode::exclusive, Recoverability::reconstructible),
+      [&]() -> ResidentValue {
+        if (++loads == 1) throw Flaky("first load fails");
+        return make_value(16);
+      });
+  try {
+    manager.execute_actions({MoveResident{a, CUDA0, {}}, EnsureResident{flaky, CUDA0}}, "warmup");
+    FAIL();
+  } catch (const ResidencyPlanError&) {
+    FAIL() << "an execution failure is not a ResidencyPlanError";
+  } catch (const ResidencyPlanExecutionError& error) {
+    EXPECT_EQ(error.phase(), PlanPhase::execute);
+    EXPECT_EQ(error.plan_name(), "warmup");
+    EXPECT_EQ(error.failed_action_index(), 1);
+    EXPECT_EQ(error.failed_action(), ResidencyAction(EnsureResident{flaky, CUDA0}));
+    ASSERT_EQ(error.partial_report().transitions.size(), 1u);
+    EXPECT_EQ(error.partial_report().transitions[0].destination, CUDA0);
+    EXPECT_THROW(error.rethrow_cause(), Flaky);
+    EXPECT_NE(std::string(error.what()).find("first load fails"), std::string::npos);
+  }
+  EXPECT_EQ(resident_at(manager, a), std::vector<ResidencyLocation>{CUDA0});  // committed prefix stays
+  EXPECT_EQ(location_state(manager, PAGEABLE_HOST).reserved_bytes, 0);
+}
+
+TEST_F(PlanFixture, EntryFailuresReleaseAdmittedReservationsInEveryPhase) {
+  int loads = 0;
+  const ResidencyHandle flaky = manager.register_source(
+      ResidencyValueSpec("Blob", 64, 64, ReplicaMode::exclusive, Recoverability::reconstructible),
+      [&]() -> ResidentValue {
+        ++loads;
+        throw Flaky("load fails");
+      });
+  // enter phase
+  ResidencyScope enter_fails = manager.scope(ResidencyPlan{
+      "enter", {}, {MoveResident{a, CUDA0, {}}, EnsureResident{flaky, CUDA0}}, {}, {MemoryReservation(CUDA0, 10, "w")}});
+  try {
+    enter_fails.enter();
+    FAIL();
+  } catch (const ResidencyPlanExecutionError& error) {
+    EXPECT_EQ(error.phase(), PlanPhase::enter);
+    EXPECT_EQ(error.failed_action_index(), 1);
+    EXPECT_EQ(error.partial_report().transitions.size(), 1u);
+  }
+  EXPECT_EQ(location_state(manager, CUDA0).reserved_bytes, 0);
+  EXPECT_FALSE(enter_fails.close().has_value());
+  // reclaim phase
+  ResidencyScope reclaim_fails =
+      manager.scope(ResidencyPlan{"reclaim", {EnsureResident{flaky, PAGEABLE_HOST}}, {}, {}, {}});
+  try {
+    reclaim_fails.enter();
+    FAIL();
+  } catch (const ResidencyPlanExecutionError& error) {
+    EXPECT_EQ(error.phase(), PlanPhase::reclaim);
+    EXPECT_EQ(error.failed_action_index(), 0);
+    EXPECT_TRUE(error.partial_report().transitions.empty());
+  }
+  EXPECT_EQ(loads, 2);
+}
+
+TEST_F(PlanFixture, ExitFailuresAreKeptWhileTheBodyErrorStaysPrimary) {
+  bool fail = false;
+  const ResidencyHandle lazy = manager.register_source(
+      ResidencyValueSpec("Blob", 64, 64, ReplicaMode::exclusive, Recoverability::reconstructible),
+      [&]() -> ResidentValue {
+        if (fail) throw Flaky("exit load fails");
+        return make_value(16);
+      });
+  ResidencyScope scope = manager.scope(ResidencyPlan{"body", {}, {MoveResident{a, CUDA0, {}}}, {EnsureResident{lazy, CUDA1}},
+                                                     {MemoryReservation(CUDA0, 16, "tmp")}});
+  struct BodyError : std::runtime_error {
+    using std::runtime_error::runtime_error;
+  };
+  EXPECT_THROW(scope.run([&] {
+    fail = true;
+    throw BodyError("kernel failed");
+  }),
+               BodyError);
+  ASSERT_TRUE(scope.exit_error().has_value());
+  EXPECT_EQ(scope.exit_error()->phase(), PlanPhase::exit);
+  EXPECT_EQ(scope.exit_error()->partial_report().transitions.size(), 1u);  // the enter move
+  EXPECT_EQ(location_state(manager, CUDA0).reserved_bytes, 0);
+  EXPECT_FALSE(scope.active());
+}
+
+TEST_F(PlanFixture, AbandonedScopesReleaseReservationsWithoutRunningExit) {
+  {
+    ResidencyScope scope = manager.scope(
+        ResidencyPlan{"leak", {}, {MoveResident{a, CUDA0, {}}}, {MoveResident{a, PAGEABLE_HOST, {}}},
+                      {MemoryReservation(CUDA0, 16, "tmp")}});
+    scope.enter();
+  }
+  EXPECT_EQ(location_state(manager, CUDA0).reserved_bytes, 0);
+  EXPECT_EQ(resident_at(manager, a), std::vector<ResidencyLocation>{CUDA0});
+  ASSERT_EQ(manager.diagnostics().size(), 1u);
+  EXPECT_NE(manager.diagnostics()[0].find("'leak' was abandoned"), std::string::npos);
+}
+
+TEST_F(PlanFixture, TransferStreamsAreValidatedAndUsed) {
+  const TransferStreams good{{CUDA0, fixture.runtime->stream(0, 4)}};
+  EXPECT_NO_THROW(manager.execute_actions({MoveResident{a, CUDA0, {}}}, "streamed", good));
+  const TransferStreams wrong{{CUDA0, fixture.runtime->stream(1, 4)}};
+  EXPECT_THROW(manager.execute_actions({MoveResident{b, CUDA0, {}}}, "streamed", wrong), std::invalid_argument);
+  const TransferStreams host{{PAGEABLE_HOST, fixture.runtime->stream(0)}};
+  EXPECT_THROW(manager.execute_actions({}, "streamed", host), std::invalid_argument);
+  EXPECT_EQ(resident_at(manager, b), std::vector<ResidencyLocation>{PAGEABLE_HOST});
+}
+
+TEST_F(PlanFixture, FeasibleExplanationsExecuteWithinTheirPredictedPeaks) {
+  const ResidencyHandle lazy = manager.register_source(
+      ResidencyValueSpec("Blob", 64, 64, ReplicaMode::replicable, Recoverability::reconstructible),
+      [] { return make_value(16); });
+  const std::vector<ResidencyAction> actions{MoveResident{a, CUDA0, {}}, EnsureResident{lazy, CUDA0},
+                                             EnsureResident{lazy, CUDA1}, MoveResident{a, CUDA1, {}},
+                                             DropResident{lazy, CUDA0}, MoveResident{b, CUDA0, {}}};
+  const ResidencyPlan plan{"mixed", {}, actions, {}, {}};
+  const ResidencyPlanExplanation explanation = manager.explain(plan);
+  ASSERT_TRUE(explanation.feasible) << *explanation.reason;
+  manager.execute_actions(actions, "mixed");
+  const ResidencySnapshot after = manager.snapshot();
+  for (const auto& location : after.locations) {
+    const auto predicted = explanation.predicted_peak(location.location);
+    ASSERT_TRUE(predicted.has_value()) << location.location.name();
+    EXPECT_LE(location.peak_charged_bytes, *predicted) << location.location.name();
+  }
+}
+
+}  // namespace
+}  // namespace fhelium::residency
