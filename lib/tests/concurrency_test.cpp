@@ -1,0 +1,140 @@
+// Thread safety and the reentrancy rule during source loads.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <future>
+#include <random>
+#include <thread>
+
+#include "support.hpp"
+
+namespace fhelium::residency {
+namespace {
+
+using namespace testing;
+
+TEST(Reentrancy, CallsFromALoadFailOnEveryThreadInsteadOfBlocking) {
+  auto fixture = make_fixture();
+  ResidencyManager& manager = *fixture.manager;
+  const ResidencyHandle other = manager.adopt(make_value(4));
+  std::promise<void> loading;
+  std::promise<std::string> other_thread_result;
+  bool same_thread_rejected = false;
+  const ResidencyHandle lazy = manager.register_source(
+      ResidencyValueSpec("Blob", 16, 16, ReplicaMode::exclusive, Recoverability::reconstructible), [&] {
+        try {
+          manager.drop(other, PAGEABLE_HOST);
+        } catch (const ResidencyReentrancyError&) {
+          same_thread_rejected = true;
+        }
+        loading.set_value();
+        // Wait for the other thread's call to finish: it must fail, not block.
+        other_thread_result.get_future().wait();
+        return make_value(4);
+      });
+  std::thread observer([&] {
+    loading.get_future().wait();
+    try {
+      manager.snapshot();
+      other_thread_result.set_value("snapshot succeeded");
+    } catch (const ResidencyReentrancyError&) {
+      other_thread_result.set_value("rejected");
+    } catch (const std::exception& error) {
+      other_thread_result.set_value(error.what());
+    }
+  });
+  manager.ensure(lazy, CUDA0);
+  observer.join();
+  EXPECT_TRUE(same_thread_rejected);
+  EXPECT_EQ(resident_at(manager, lazy), std::vector<ResidencyLocation>{CUDA0});
+}
+
+TEST(Reentrancy, DiagnosticSinksCannotReenter) {
+  auto runtime = std::make_shared<harness::SimulatedRuntime>();
+  ResidencyManager* self = nullptr;
+  bool rejected = false;
+  ManagerOptions options{{}, 16, runtime, [&](const std::string&) {
+                           try {
+                             self->snapshot();
+                           } catch (const ResidencyReentrancyError&) {
+                             rejected = true;
+                           }
+                         }};
+  ResidencyManager manager(std::move(options));
+  self = &manager;
+  const ResidencyHandle handle = manager.adopt(make_value(4));
+  { auto hold = manager.hold({handle}, PAGEABLE_HOST); }  // abandoned: emits a diagnostic
+  EXPECT_TRUE(rejected);
+}
+
+// Several threads issue random operations on one manager while another takes
+// snapshots; every snapshot's accounting must be internally consistent.
+TEST(Concurrency, RandomOperationsKeepSnapshotsConsistent) {
+  auto fixture = make_fixture({{CUDA0, 64 * 40}});
+  ResidencyManager& manager = *fixture.manager;
+  std::vector<ResidencyHandle> handles;
+  for (int i = 0; i < 16; ++i) {
+    handles.push_back(manager.adopt(make_value(16, static_cast<float>(i)), std::nullopt, ReplicaMode::replicable));
+  }
+  std::atomic<bool> stop{false};
+  std::atomic<int> snapshots{0};
+  std::atomic<int> failures{0};
+  std::thread checker([&] {
+    while (!stop.load()) {
+      const ResidencySnapshot snapshot = manager.snapshot();  // constructors validate every record
+      for (const auto& location : snapshot.locations) {
+        std::int64_t used = 0;
+        for (const auto& value : snapshot.values) {
+          if (const auto* item = value.at(location.location)) used += item->charged_nbytes;
+        }
+        if (used != location.used_bytes) failures.fetch_add(1);
+      }
+      snapshots.fetch_add(1);
+    }
+  });
+  std::vector<std::thread> workers;
+  for (int worker = 0; worker < 4; ++worker) {
+    workers.emplace_back([&, worker] {
+      std::mt19937 random(static_cast<unsigned>(worker) + 17u);
+      const std::vector<ResidencyLocation> places{PAGEABLE_HOST, PINNED_HOST, CUDA0, CUDA1};
+      for (int step = 0; step < 400; ++step) {
+        const ResidencyHandle& handle = handles[random() % handles.size()];
+        const ResidencyLocation& place = places[random() % places.size()];
+        try {
+          switch (random() % 5) {
+            case 0: manager.ensure(handle, place); break;
+            case 1: manager.move(handle, place); break;
+            case 2: manager.drop(handle, place); break;
+            case 3: {
+              auto lease = manager.acquire({handle}, place,
+                                           place.is_cuda() ? std::optional(fixture.runtime->stream(place.cuda_index()))
+                                                           : std::nullopt);
+              if (!same_contents(lease.value(handle), make_value(16, static_cast<float>(&handle - handles.data())))) {
+                failures.fetch_add(1);
+              }
+              lease.release(random() % 2 == 0);
+              break;
+            }
+            default: {
+              auto reservation = manager.reserve(CUDA0, 64, "burst");
+              break;
+            }
+          }
+        } catch (const ResidencyError&) {
+          // budget, protection and ownership refusals are expected under contention
+        }
+      }
+    });
+  }
+  for (auto& worker : workers) worker.join();
+  stop.store(true);
+  checker.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_GT(snapshots.load(), 0);
+  const ResidencySnapshot final_state = manager.snapshot();
+  for (const auto& value : final_state.values) EXPECT_FALSE(value.materializations.empty());
+  EXPECT_EQ(final_state.location(CUDA0)->reserved_bytes, 0);
+}
+
+}  // namespace
+}  // namespace fhelium::residency
