@@ -20,6 +20,9 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y "${missing[@]}"
 fi
 
+# Let ccache share results between checkouts in different folders.
+export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=true
+
 build_dir=${1:-build}
 if [ -f "$build_dir/build.ninja" ]; then
   meson setup --reconfigure "$build_dir"
