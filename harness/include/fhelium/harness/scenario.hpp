@@ -1,0 +1,148 @@
+// The typed scenario model: what a scenario YAML file declares, after loading.
+//
+// A scenario names its manager options, runtime, fault rules, values, plans
+// and an ordered list of steps. Each step is one public manager operation (or
+// a simulation control such as advancing virtual time) with optional
+// expectations. Nothing here depends on YAML: the loader builds these values,
+// the replay engine consumes them. Line numbers point into the source file.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "fhelium/harness/fault_injecting_runtime.hpp"
+#include "fhelium/residency/location.hpp"
+#include "fhelium/residency/model.hpp"
+
+namespace fhelium::harness {
+
+struct StreamRef {
+  int device = 0;
+  std::int64_t id = 0;
+  friend bool operator==(const StreamRef&, const StreamRef&) = default;
+};
+
+struct ValueDecl {
+  std::string name;
+  std::string type_name = "Tensor";
+  std::int64_t elements = 0;
+  std::string dtype = "float32";  // float32 | float64 | float16 | int64 | int32 | uint8
+  residency::ReplicaMode mode = residency::ReplicaMode::exclusive;
+  bool source = false;                                // registered source instead of adopted
+  ResidencyLocation at = residency::PAGEABLE_HOST;    // adopt location or source location
+  bool deferred = false;                              // created by an adopt/register_source step
+  std::optional<std::int64_t> fail_on_load;           // source: the Nth load throws
+  std::optional<std::string> wrong;                   // source returns a wrong "size", "type" or "location"
+  int line = 0;
+};
+
+enum class ActionKind { ensure, move, drop, discard };
+
+struct ActionDecl {
+  ActionKind kind = ActionKind::ensure;
+  std::string value;
+  ResidencyLocation location;                  // ensure/drop location, move destination
+  std::optional<ResidencyLocation> from;       // move source
+  int line = 0;
+};
+
+struct ReservationDecl {
+  ResidencyLocation location;
+  std::int64_t bytes = 0;
+  std::string label;
+};
+
+struct PlanDecl {
+  std::string name;
+  std::vector<ActionDecl> reclaim, enter, exit;
+  std::vector<ReservationDecl> reservations;
+  int line = 0;
+};
+
+struct LocationExpect {
+  std::optional<std::int64_t> budget, used, reserved, peak_used, peak_charged;
+  std::optional<std::optional<std::int64_t>> remaining;  // nullopt inside = expected absent
+  std::optional<std::int64_t> values, reservations, uses, holds, pending;
+};
+
+struct Expectation {
+  std::optional<std::string> error;           // error kind, or "none"
+  std::optional<std::string> message;         // substring of the error message
+  std::optional<bool> injected;               // the error (or its cause) came from a fault rule
+  std::optional<bool> no_op;
+  std::optional<std::optional<ResidencyLocation>> source;
+  std::optional<std::optional<ResidencyLocation>> destination;
+  std::optional<std::string> reason;          // substring of the report/explanation reason
+  std::optional<std::string> phase;           // plan execution error phase
+  std::optional<std::int64_t> failed_index;   // failed action or reservation index
+  std::optional<std::int64_t> committed;      // transitions in the (partial) plan report
+  std::optional<bool> feasible;
+  std::map<ResidencyLocation, std::int64_t> predicted_peak;
+  std::map<ResidencyLocation, LocationExpect> locations;
+  std::map<std::string, std::vector<ResidencyLocation>> resident;  // value -> locations, in order
+  std::map<std::string, bool> discarded;
+  std::optional<std::int64_t> faults_fired;   // total fired so far
+  std::optional<std::int64_t> diagnostics;    // total manager diagnostics so far
+  bool any() const;
+};
+
+enum class StepKind {
+  adopt, register_source, ensure, copy, move, drop, discard, execute, explain, scope_enter, scope_close,
+  acquire, add_consumer_stream, release, hold, reserve, snapshot, close, advance, complete, work, verify, arm,
+  disarm
+};
+const char* to_string(StepKind kind) noexcept;
+
+struct Step {
+  StepKind kind = StepKind::snapshot;
+  int line = 0;
+  std::string value;                        // adopt, register_source, ensure, copy, move, drop, discard
+  std::vector<std::string> values;          // acquire, hold, verify
+  std::optional<ResidencyLocation> location;  // at / to
+  std::optional<ResidencyLocation> from;
+  std::optional<StreamRef> stream;
+  std::string name;                         // lifetime name (as:), lease/hold/reservation/scope reference
+  std::string lifetime_kind;                // release: lease | hold | reservation
+  std::string plan;                         // explain / scope_enter plan name, execute plan name
+  std::vector<ActionDecl> actions;          // execute
+  std::map<ResidencyLocation, StreamRef> transfer_streams;  // execute, scope_enter
+  // Stale-decision checks: an explicit version, or one remembered by an earlier step.
+  std::optional<std::uint64_t> expected_version;
+  std::string expected_version_ref;
+  std::string remember_version;             // record state_version after this step under this name
+  bool wait = false;
+  bool force = false;
+  std::int64_t ns = 0;
+  std::int64_t bytes = 0;
+  std::string label;
+  std::optional<FaultRule> fault;           // arm
+  Expectation expect;
+};
+
+struct Scenario {
+  std::string file;
+  std::string name;
+  std::string description;
+  std::uint64_t seed = 1;
+  // Canary: the replay must fail with a message containing this text.
+  std::optional<std::string> must_fail;
+  std::map<ResidencyLocation, std::int64_t> budgets;
+  std::int64_t trace_capacity = 4096;
+  std::string runtime = "simulated";        // simulated | torch
+  int cuda_devices = 2;
+  std::map<ResidencyLocation, std::int64_t> capacity;
+  bool can_pin = true;
+  std::int64_t copy_ns_per_mib = 0;
+  std::vector<FaultRule> faults;
+  std::vector<ValueDecl> values;
+  std::vector<PlanDecl> plans;
+  std::vector<Step> steps;
+
+  const ValueDecl* find_value(const std::string& value) const;
+  const PlanDecl* find_plan(const std::string& plan) const;
+};
+
+}  // namespace fhelium::harness

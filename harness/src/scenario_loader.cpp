@@ -1,0 +1,815 @@
+// YAML -> Scenario. A Reader walks the document, checks every mapping against
+// the keys allowed there, and turns each scalar into its typed value, raising
+// ScenarioError with the node's position on the first problem.
+#include "fhelium/harness/scenario_loader.hpp"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cctype>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <set>
+#include <sstream>
+
+namespace fhelium::harness {
+
+using residency::ResidencyLocation;
+
+ScenarioError::ScenarioError(std::string file, int line, int column, const std::string& message)
+    : std::runtime_error(file + ":" + std::to_string(line) + ":" + std::to_string(column) + ": " + message),
+      file_(std::move(file)),
+      line_(line),
+      column_(column) {}
+
+std::int64_t parse_size(const std::string& text) {
+  const auto invalid = [&] {
+    return std::invalid_argument("malformed size '" + text + "': expected a byte count such as 4096, 64KiB or 1.5MiB");
+  };
+  std::size_t end = 0;
+  while (end < text.size() && (std::isdigit(static_cast<unsigned char>(text[end])) || text[end] == '.')) ++end;
+  if (end == 0) throw invalid();
+  double number = 0;
+  try {
+    std::size_t used = 0;
+    number = std::stod(text.substr(0, end), &used);
+    if (used != end) throw invalid();
+  } catch (const std::logic_error&) {
+    throw invalid();
+  }
+  std::string unit = text.substr(end);
+  unit.erase(0, unit.find_first_not_of(' '));
+  static const std::map<std::string, double> units{{"", 1},           {"B", 1},
+                                                   {"KB", 1e3},       {"MB", 1e6},
+                                                   {"GB", 1e9},       {"KiB", 1024.0},
+                                                   {"MiB", 1048576.0}, {"GiB", 1073741824.0}};
+  const auto found = units.find(unit);
+  if (found == units.end()) throw invalid();
+  const double bytes = number * found->second;
+  if (bytes != std::floor(bytes) || bytes > 9.0e18) throw invalid();
+  return static_cast<std::int64_t>(bytes);
+}
+
+namespace {
+
+const std::map<std::string, StepKind>& step_kinds() {
+  static const std::map<std::string, StepKind> kinds{
+      {"adopt", StepKind::adopt},
+      {"register_source", StepKind::register_source},
+      {"ensure", StepKind::ensure},
+      {"copy", StepKind::copy},
+      {"move", StepKind::move},
+      {"drop", StepKind::drop},
+      {"discard", StepKind::discard},
+      {"execute", StepKind::execute},
+      {"explain", StepKind::explain},
+      {"scope_enter", StepKind::scope_enter},
+      {"scope_close", StepKind::scope_close},
+      {"acquire", StepKind::acquire},
+      {"add_consumer_stream", StepKind::add_consumer_stream},
+      {"release", StepKind::release},
+      {"hold", StepKind::hold},
+      {"reserve", StepKind::reserve},
+      {"snapshot", StepKind::snapshot},
+      {"close", StepKind::close},
+      {"advance", StepKind::advance},
+      {"complete", StepKind::complete},
+      {"work", StepKind::work},
+      {"verify", StepKind::verify},
+      {"arm", StepKind::arm},
+      {"disarm", StepKind::disarm},
+  };
+  return kinds;
+}
+
+const std::set<std::string> error_kinds{"none",      "any",         "budget",          "handle",       "unavailable",
+                                        "in_use",    "ownership",   "materialization", "plan",         "stale",
+                                        "plan_execution", "reentrancy", "lifetime_closed", "closed",
+                                        "invalid_argument", "out_of_memory", "device", "runtime", "logic"};
+
+class Reader {
+ public:
+  explicit Reader(std::string file) : file_(std::move(file)) {}
+
+  [[noreturn]] void fail(const YAML::Node& node, const std::string& message) const {
+    const YAML::Mark mark = node.Mark();
+    const bool known = mark.line >= 0;
+    throw ScenarioError(file_, known ? mark.line + 1 : 0, known ? mark.column + 1 : 0, message);
+  }
+
+  void require_map(const YAML::Node& node, const std::string& what) const {
+    if (!node.IsMap()) fail(node, what + " must be a mapping");
+  }
+
+  void require_keys(const YAML::Node& node, const std::string& what, const std::set<std::string>& allowed) const {
+    require_map(node, what);
+    for (const auto& entry : node) {
+      const std::string key = entry.first.as<std::string>();
+      if (allowed.count(key) == 0) {
+        std::string list;
+        for (const auto& name : allowed) list += (list.empty() ? "" : ", ") + name;
+        fail(entry.first, "unknown key '" + key + "' in " + what + " (allowed: " + list + ")");
+      }
+    }
+  }
+
+  const YAML::Node required(const YAML::Node& map, const std::string& key, const std::string& what) const {
+    const YAML::Node node = map[key];
+    if (!node) fail(map, what + " needs '" + key + "'");
+    return node;
+  }
+
+  std::string text(const YAML::Node& node, const std::string& what) const {
+    if (!node.IsScalar()) fail(node, what + " must be a scalar");
+    return node.Scalar();
+  }
+
+  std::string name(const YAML::Node& node, const std::string& what) const {
+    const std::string value = text(node, what);
+    if (value.empty()) fail(node, what + " must be non-empty");
+    return value;
+  }
+
+  std::int64_t integer(const YAML::Node& node, const std::string& what) const {
+    const std::string value = text(node, what);
+    try {
+      std::size_t used = 0;
+      const long long parsed = std::stoll(value, &used);
+      if (used != value.size()) throw std::invalid_argument(value);
+      return parsed;
+    } catch (const std::logic_error&) {
+      fail(node, what + " must be an integer, got '" + value + "'");
+    }
+  }
+
+  std::int64_t count(const YAML::Node& node, const std::string& what) const {
+    const std::int64_t value = integer(node, what);
+    if (value < 0) fail(node, what + " must be non-negative");
+    return value;
+  }
+
+  double real(const YAML::Node& node, const std::string& what) const {
+    const std::string value = text(node, what);
+    try {
+      std::size_t used = 0;
+      const double parsed = std::stod(value, &used);
+      if (used != value.size()) throw std::invalid_argument(value);
+      return parsed;
+    } catch (const std::logic_error&) {
+      fail(node, what + " must be a number, got '" + value + "'");
+    }
+  }
+
+  bool boolean(const YAML::Node& node, const std::string& what) const {
+    const std::string value = text(node, what);
+    if (value == "true") return true;
+    if (value == "false") return false;
+    fail(node, what + " must be true or false, got '" + value + "'");
+  }
+
+  std::int64_t size(const YAML::Node& node, const std::string& what) const {
+    try {
+      return parse_size(text(node, what));
+    } catch (const std::invalid_argument& error) {
+      fail(node, what + ": " + error.what());
+    }
+  }
+
+  ResidencyLocation location(const YAML::Node& node, const std::string& what) const {
+    try {
+      return ResidencyLocation::parse(text(node, what));
+    } catch (const std::invalid_argument& error) {
+      fail(node, what + ": " + error.what());
+    }
+  }
+
+  std::optional<ResidencyLocation> optional_location(const YAML::Node& node, const std::string& what) const {
+    if (text(node, what) == "none") return std::nullopt;
+    return location(node, what);
+  }
+
+  StreamRef stream(const YAML::Node& node, const std::string& what) const {
+    require_keys(node, what, {"device", "id"});
+    StreamRef result;
+    result.device = static_cast<int>(count(required(node, "device", what), what + " device"));
+    if (node["id"]) result.id = count(node["id"], what + " id");
+    return result;
+  }
+
+  std::vector<std::string> names(const YAML::Node& node, const std::string& what) const {
+    if (!node.IsSequence()) fail(node, what + " must be a list");
+    std::vector<std::string> result;
+    for (const auto& item : node) result.push_back(name(item, what + " entry"));
+    return result;
+  }
+
+  template <class F>
+  std::map<ResidencyLocation, std::int64_t> location_map(const YAML::Node& node, const std::string& what,
+                                                         F&& value) const {
+    require_map(node, what);
+    std::map<ResidencyLocation, std::int64_t> result;
+    for (const auto& entry : node) {
+      const ResidencyLocation where = location(entry.first, what + " key");
+      if (!result.emplace(where, value(entry.second, what + " for " + where.name())).second) {
+        fail(entry.first, "duplicate location " + where.name() + " in " + what);
+      }
+    }
+    return result;
+  }
+
+  const std::string& file() const { return file_; }
+
+ private:
+  std::string file_;
+};
+
+int line_of(const YAML::Node& node) { return node.Mark().line + 1; }
+
+FaultRule parse_fault(const Reader& reader, const YAML::Node& node, const std::string& what) {
+  reader.require_keys(node, what,
+                      {"name", "operation", "location", "stream", "nth", "every", "probability", "max_fires",
+                       "effect", "delay_ns"});
+  FaultRule rule;
+  rule.name = reader.name(reader.required(node, "name", what), what + " name");
+  const std::string context = what + " '" + rule.name + "'";
+  const YAML::Node operation = reader.required(node, "operation", context);
+  try {
+    rule.operation = parse_fault_operation(reader.text(operation, context + " operation"));
+  } catch (const std::invalid_argument& error) {
+    reader.fail(operation, error.what());
+  }
+  if (const YAML::Node effect = node["effect"]) {
+    try {
+      rule.effect = parse_fault_effect(reader.text(effect, context + " effect"));
+    } catch (const std::invalid_argument& error) {
+      reader.fail(effect, error.what());
+    }
+  }
+  if (node["location"]) rule.location = reader.location(node["location"], context + " location");
+  if (node["stream"]) rule.stream_id = reader.count(node["stream"], context + " stream");
+  if (node["nth"]) rule.nth = reader.integer(node["nth"], context + " nth");
+  if (node["every"]) rule.every = reader.integer(node["every"], context + " every");
+  if (node["probability"]) rule.probability = reader.real(node["probability"], context + " probability");
+  if (node["max_fires"]) rule.max_fires = reader.integer(node["max_fires"], context + " max_fires");
+  if (node["delay_ns"]) rule.delay_ns = reader.integer(node["delay_ns"], context + " delay_ns");
+  try {
+    rule.validate();
+  } catch (const std::invalid_argument& error) {
+    reader.fail(node, error.what());
+  }
+  return rule;
+}
+
+class ScenarioParser {
+ public:
+  ScenarioParser(const Reader& reader, Scenario& scenario) : reader_(reader), scenario_(scenario) {}
+
+  void parse(const YAML::Node& root) {
+    reader_.require_keys(root, "scenario",
+                         {"name", "description", "seed", "must_fail", "manager", "runtime", "faults", "values",
+                          "plans", "steps"});
+    scenario_.name = reader_.name(reader_.required(root, "name", "scenario"), "scenario name");
+    if (root["description"]) scenario_.description = reader_.text(root["description"], "description");
+    if (root["seed"]) scenario_.seed = static_cast<std::uint64_t>(reader_.count(root["seed"], "seed"));
+    if (root["must_fail"]) scenario_.must_fail = reader_.name(root["must_fail"], "must_fail");
+    if (root["manager"]) parse_manager(root["manager"]);
+    if (root["runtime"]) parse_runtime(root["runtime"]);
+    if (root["faults"]) {
+      if (!root["faults"].IsSequence()) reader_.fail(root["faults"], "faults must be a list");
+      for (const auto& fault : root["faults"]) scenario_.faults.push_back(parse_fault(reader_, fault, "fault"));
+    }
+    if (root["values"]) parse_values(root["values"]);
+    if (root["plans"]) parse_plans(root["plans"]);
+    const YAML::Node steps = reader_.required(root, "steps", "scenario");
+    if (!steps.IsSequence()) reader_.fail(steps, "steps must be a list");
+    for (const auto& step : steps) scenario_.steps.push_back(parse_step(step));
+  }
+
+ private:
+  void parse_manager(const YAML::Node& node) {
+    reader_.require_keys(node, "manager", {"budgets", "trace_capacity"});
+    if (node["budgets"]) {
+      scenario_.budgets = reader_.location_map(node["budgets"], "budgets",
+                                               [&](const YAML::Node& n, const std::string& w) { return reader_.size(n, w); });
+    }
+    if (node["trace_capacity"]) scenario_.trace_capacity = reader_.count(node["trace_capacity"], "trace_capacity");
+  }
+
+  void parse_runtime(const YAML::Node& node) {
+    reader_.require_keys(node, "runtime", {"kind", "cuda_devices", "capacity", "can_pin", "copy_ns_per_mib"});
+    if (node["kind"]) {
+      scenario_.runtime = reader_.text(node["kind"], "runtime kind");
+      if (scenario_.runtime != "simulated" && scenario_.runtime != "torch") {
+        reader_.fail(node["kind"], "runtime kind must be simulated or torch, got '" + scenario_.runtime + "'");
+      }
+    }
+    if (node["cuda_devices"]) {
+      scenario_.cuda_devices = static_cast<int>(reader_.count(node["cuda_devices"], "cuda_devices"));
+      if (scenario_.cuda_devices > 128) reader_.fail(node["cuda_devices"], "cuda_devices must be at most 128");
+    }
+    if (node["capacity"]) {
+      scenario_.capacity = reader_.location_map(node["capacity"], "capacity",
+                                                [&](const YAML::Node& n, const std::string& w) { return reader_.size(n, w); });
+    }
+    if (node["can_pin"]) scenario_.can_pin = reader_.boolean(node["can_pin"], "can_pin");
+    if (node["copy_ns_per_mib"]) scenario_.copy_ns_per_mib = reader_.count(node["copy_ns_per_mib"], "copy_ns_per_mib");
+  }
+
+  void parse_values(const YAML::Node& node) {
+    reader_.require_map(node, "values");
+    static const std::map<std::string, std::int64_t> dtype_bytes{{"float32", 4}, {"float64", 8}, {"float16", 2},
+                                                                 {"int64", 8},   {"int32", 4},   {"uint8", 1}};
+    for (const auto& entry : node) {
+      ValueDecl value;
+      value.name = reader_.name(entry.first, "value name");
+      value.line = line_of(entry.first);
+      const std::string what = "value '" + value.name + "'";
+      if (scenario_.find_value(value.name) != nullptr) reader_.fail(entry.first, "duplicate " + what);
+      const YAML::Node spec = entry.second;
+      reader_.require_keys(spec, what,
+                           {"type", "elements", "bytes", "dtype", "mode", "adopt_at", "source_at", "deferred",
+                            "fail_on_load", "wrong"});
+      if (spec["type"]) value.type_name = reader_.name(spec["type"], what + " type");
+      if (spec["dtype"]) {
+        value.dtype = reader_.text(spec["dtype"], what + " dtype");
+        if (dtype_bytes.count(value.dtype) == 0) {
+          reader_.fail(spec["dtype"], what + " dtype must be float32, float64, float16, int64, int32 or uint8");
+        }
+      }
+      if (spec["elements"].IsDefined() == spec["bytes"].IsDefined()) {
+        reader_.fail(spec, what + " needs exactly one of 'elements' and 'bytes'");
+      }
+      if (spec["elements"]) {
+        value.elements = reader_.count(spec["elements"], what + " elements");
+      } else {
+        const std::int64_t bytes = reader_.size(spec["bytes"], what + " bytes");
+        const std::int64_t element = dtype_bytes.at(value.dtype);
+        if (bytes % element != 0) reader_.fail(spec["bytes"], what + " bytes must be a multiple of its dtype size");
+        value.elements = bytes / element;
+      }
+      if (spec["mode"]) {
+        const std::string mode = reader_.text(spec["mode"], what + " mode");
+        if (mode != "exclusive" && mode != "replicable") {
+          reader_.fail(spec["mode"], what + " mode must be exclusive or replicable, got '" + mode + "'");
+        }
+        value.mode = mode == "exclusive" ? residency::ReplicaMode::exclusive : residency::ReplicaMode::replicable;
+      }
+      if (spec["adopt_at"].IsDefined() == spec["source_at"].IsDefined()) {
+        reader_.fail(spec, what + " needs exactly one of 'adopt_at' and 'source_at'");
+      }
+      value.source = spec["source_at"].IsDefined();
+      value.at = reader_.location(value.source ? spec["source_at"] : spec["adopt_at"], what + " location");
+      if (spec["deferred"]) value.deferred = reader_.boolean(spec["deferred"], what + " deferred");
+      if (!value.source && (spec["fail_on_load"] || spec["wrong"])) {
+        reader_.fail(spec, what + ": fail_on_load and wrong apply only to values with source_at");
+      }
+      if (spec["fail_on_load"]) {
+        value.fail_on_load = reader_.integer(spec["fail_on_load"], what + " fail_on_load");
+        if (*value.fail_on_load < 1) reader_.fail(spec["fail_on_load"], what + " fail_on_load must be at least 1");
+      }
+      if (spec["wrong"]) {
+        value.wrong = reader_.text(spec["wrong"], what + " wrong");
+        if (*value.wrong != "size" && *value.wrong != "type" && *value.wrong != "location") {
+          reader_.fail(spec["wrong"], what + " wrong must be size, type or location");
+        }
+      }
+      scenario_.values.push_back(value);
+    }
+  }
+
+  std::string value_ref(const YAML::Node& node, const std::string& what) {
+    const std::string value = reader_.name(node, what);
+    if (scenario_.find_value(value) == nullptr) reader_.fail(node, what + " names unknown value '" + value + "'");
+    return value;
+  }
+
+  ActionDecl parse_action(const YAML::Node& node, const std::string& what) {
+    reader_.require_map(node, what);
+    if (node.size() != 1) reader_.fail(node, what + " must have exactly one of ensure, move, drop, discard");
+    const auto entry = *node.begin();
+    const std::string kind = reader_.text(entry.first, what);
+    const YAML::Node args = entry.second;
+    ActionDecl action;
+    action.line = line_of(entry.first);
+    const std::string context = what + " " + kind;
+    if (kind == "ensure" || kind == "drop") {
+      reader_.require_keys(args, context, {"value", "at"});
+      action.kind = kind == "ensure" ? ActionKind::ensure : ActionKind::drop;
+      action.location = reader_.location(reader_.required(args, "at", context), context + " at");
+    } else if (kind == "move") {
+      reader_.require_keys(args, context, {"value", "to", "from"});
+      action.kind = ActionKind::move;
+      action.location = reader_.location(reader_.required(args, "to", context), context + " to");
+      if (args["from"]) action.from = reader_.location(args["from"], context + " from");
+    } else if (kind == "discard") {
+      reader_.require_keys(args, context, {"value"});
+      action.kind = ActionKind::discard;
+    } else {
+      reader_.fail(entry.first, "unknown action '" + kind + "' (expected ensure, move, drop or discard)");
+    }
+    action.value = value_ref(reader_.required(args, "value", context), context + " value");
+    return action;
+  }
+
+  std::vector<ActionDecl> parse_actions(const YAML::Node& node, const std::string& what) {
+    if (!node.IsSequence()) reader_.fail(node, what + " must be a list of actions");
+    std::vector<ActionDecl> result;
+    for (const auto& item : node) result.push_back(parse_action(item, what + " action"));
+    return result;
+  }
+
+  void parse_plans(const YAML::Node& node) {
+    reader_.require_map(node, "plans");
+    for (const auto& entry : node) {
+      PlanDecl plan;
+      plan.name = reader_.name(entry.first, "plan name");
+      plan.line = line_of(entry.first);
+      const std::string what = "plan '" + plan.name + "'";
+      if (scenario_.find_plan(plan.name) != nullptr) reader_.fail(entry.first, "duplicate " + what);
+      reader_.require_keys(entry.second, what, {"reclaim", "reservations", "enter", "exit"});
+      if (entry.second["reclaim"]) plan.reclaim = parse_actions(entry.second["reclaim"], what + " reclaim");
+      if (entry.second["enter"]) plan.enter = parse_actions(entry.second["enter"], what + " enter");
+      if (entry.second["exit"]) plan.exit = parse_actions(entry.second["exit"], what + " exit");
+      if (const YAML::Node reservations = entry.second["reservations"]) {
+        if (!reservations.IsSequence()) reader_.fail(reservations, what + " reservations must be a list");
+        for (const auto& item : reservations) {
+          reader_.require_keys(item, what + " reservation", {"at", "bytes", "label"});
+          plan.reservations.push_back(ReservationDecl{
+              reader_.location(reader_.required(item, "at", what + " reservation"), what + " reservation at"),
+              reader_.size(reader_.required(item, "bytes", what + " reservation"), what + " reservation bytes"),
+              reader_.name(reader_.required(item, "label", what + " reservation"), what + " reservation label")});
+        }
+      }
+      scenario_.plans.push_back(std::move(plan));
+    }
+  }
+
+  void parse_location_expect(const YAML::Node& node, const std::string& what, LocationExpect& expect) {
+    reader_.require_keys(node, what,
+                         {"budget", "used", "reserved", "remaining", "peak_used", "peak_charged", "values",
+                          "reservations", "uses", "holds", "pending"});
+    const auto size = [&](const char* key, std::optional<std::int64_t>& field) {
+      if (node[key]) field = reader_.size(node[key], what + " " + key);
+    };
+    const auto number = [&](const char* key, std::optional<std::int64_t>& field) {
+      if (node[key]) field = reader_.count(node[key], what + " " + key);
+    };
+    size("budget", expect.budget);
+    size("used", expect.used);
+    size("reserved", expect.reserved);
+    size("peak_used", expect.peak_used);
+    size("peak_charged", expect.peak_charged);
+    if (node["remaining"]) {
+      expect.remaining = reader_.text(node["remaining"], what + " remaining") == "none"
+                             ? std::optional<std::int64_t>()
+                             : std::optional<std::int64_t>(reader_.size(node["remaining"], what + " remaining"));
+    }
+    number("values", expect.values);
+    number("reservations", expect.reservations);
+    number("uses", expect.uses);
+    number("holds", expect.holds);
+    number("pending", expect.pending);
+  }
+
+  Expectation parse_expect(const YAML::Node& node, const std::string& what) {
+    reader_.require_keys(node, what,
+                         {"error", "message", "injected", "no_op", "source", "destination", "reason", "phase",
+                          "failed_index", "committed", "feasible", "predicted_peak", "locations", "resident",
+                          "discarded", "faults_fired", "diagnostics"});
+    Expectation expect;
+    if (node["error"]) {
+      expect.error = reader_.text(node["error"], what + " error");
+      if (error_kinds.count(*expect.error) == 0) {
+        std::string list;
+        for (const auto& kind : error_kinds) list += (list.empty() ? "" : ", ") + kind;
+        reader_.fail(node["error"], "unknown error kind '" + *expect.error + "' (known: " + list + ")");
+      }
+    }
+    if (node["message"]) expect.message = reader_.text(node["message"], what + " message");
+    if (node["injected"]) expect.injected = reader_.boolean(node["injected"], what + " injected");
+    if (node["no_op"]) expect.no_op = reader_.boolean(node["no_op"], what + " no_op");
+    if (node["source"]) expect.source = reader_.optional_location(node["source"], what + " source");
+    if (node["destination"]) {
+      expect.destination = reader_.optional_location(node["destination"], what + " destination");
+    }
+    if (node["reason"]) expect.reason = reader_.text(node["reason"], what + " reason");
+    if (node["phase"]) {
+      expect.phase = reader_.text(node["phase"], what + " phase");
+      static const std::set<std::string> phases{"execute", "reclaim", "reserve", "enter", "exit"};
+      if (phases.count(*expect.phase) == 0) {
+        reader_.fail(node["phase"], "phase must be execute, reclaim, reserve, enter or exit");
+      }
+    }
+    if (node["failed_index"]) expect.failed_index = reader_.count(node["failed_index"], what + " failed_index");
+    if (node["committed"]) expect.committed = reader_.count(node["committed"], what + " committed");
+    if (node["feasible"]) expect.feasible = reader_.boolean(node["feasible"], what + " feasible");
+    if (node["predicted_peak"]) {
+      expect.predicted_peak = reader_.location_map(
+          node["predicted_peak"], what + " predicted_peak",
+          [&](const YAML::Node& n, const std::string& w) { return reader_.size(n, w); });
+    }
+    if (const YAML::Node locations = node["locations"]) {
+      reader_.require_map(locations, what + " locations");
+      for (const auto& entry : locations) {
+        const ResidencyLocation where = reader_.location(entry.first, what + " locations key");
+        parse_location_expect(entry.second, what + " location " + where.name(), expect.locations[where]);
+      }
+    }
+    if (const YAML::Node resident = node["resident"]) {
+      reader_.require_map(resident, what + " resident");
+      for (const auto& entry : resident) {
+        const std::string value = value_ref(entry.first, what + " resident key");
+        std::vector<ResidencyLocation> places;
+        if (!entry.second.IsSequence()) reader_.fail(entry.second, what + " resident entries must be lists");
+        for (const auto& item : entry.second) places.push_back(reader_.location(item, what + " resident location"));
+        expect.resident[value] = places;
+      }
+    }
+    if (const YAML::Node discarded = node["discarded"]) {
+      reader_.require_map(discarded, what + " discarded");
+      for (const auto& entry : discarded) {
+        expect.discarded[value_ref(entry.first, what + " discarded key")] =
+            reader_.boolean(entry.second, what + " discarded");
+      }
+    }
+    if (node["faults_fired"]) expect.faults_fired = reader_.count(node["faults_fired"], what + " faults_fired");
+    if (node["diagnostics"]) expect.diagnostics = reader_.count(node["diagnostics"], what + " diagnostics");
+    return expect;
+  }
+
+  void define_lifetime(const YAML::Node& node, const std::string& kind, const std::string& what, Step& step) {
+    step.name = reader_.name(reader_.required(node, "as", what), what + " as");
+    if (lifetimes_.count(step.name) != 0) {
+      reader_.fail(node["as"], "lifetime name '" + step.name + "' is already used by a " + lifetimes_[step.name]);
+    }
+    lifetimes_[step.name] = kind;
+  }
+
+  std::string lifetime_ref(const YAML::Node& node, const std::string& kind, const std::string& what) {
+    const std::string ref = reader_.name(node, what);
+    const auto found = lifetimes_.find(ref);
+    if (found == lifetimes_.end()) reader_.fail(node, what + " names no earlier " + kind + " '" + ref + "'");
+    if (found->second != kind) reader_.fail(node, what + " '" + ref + "' is a " + found->second + ", not a " + kind);
+    return ref;
+  }
+
+  void parse_version(const YAML::Node& args, const std::string& what, Step& step) {
+    const YAML::Node version = args["expected_version"];
+    if (!version) return;
+    const std::string text = reader_.text(version, what + " expected_version");
+    if (!text.empty() && std::isdigit(static_cast<unsigned char>(text[0]))) {
+      step.expected_version = static_cast<std::uint64_t>(reader_.count(version, what + " expected_version"));
+    } else {
+      if (remembered_.count(text) == 0) reader_.fail(version, what + " expected_version names no remembered version");
+      step.expected_version_ref = text;
+    }
+  }
+
+  void parse_streams(const YAML::Node& args, const std::string& what, Step& step) {
+    const YAML::Node streams = args["streams"];
+    if (!streams) return;
+    reader_.require_map(streams, what + " streams");
+    for (const auto& entry : streams) {
+      step.transfer_streams[reader_.location(entry.first, what + " streams key")] =
+          reader_.stream(entry.second, what + " stream");
+    }
+  }
+
+  Step parse_step(const YAML::Node& node) {
+    reader_.require_map(node, "step");
+    Step step;
+    step.line = line_of(node);
+    std::optional<std::string> kind_name;
+    YAML::Node args;
+    for (const auto& entry : node) {
+      const std::string key = reader_.text(entry.first, "step key");
+      if (key == "expect" || key == "remember_version") continue;
+      const auto found = step_kinds().find(key);
+      if (found == step_kinds().end()) {
+        reader_.fail(entry.first, "unknown step '" + key + "'");
+      }
+      if (kind_name) reader_.fail(entry.first, "a step has exactly one operation; found '" + *kind_name + "' and '" + key + "'");
+      kind_name = key;
+      step.kind = found->second;
+      args = entry.second;
+    }
+    if (!kind_name) reader_.fail(node, "step names no operation");
+    const std::string what = "step '" + *kind_name + "'";
+    if (args.IsNull()) args = YAML::Node(YAML::NodeType::Map);
+    switch (step.kind) {
+      case StepKind::adopt:
+      case StepKind::register_source: {
+        reader_.require_keys(args, what, {"value"});
+        step.value = value_ref(reader_.required(args, "value", what), what + " value");
+        const ValueDecl& value = *scenario_.find_value(step.value);
+        if (!value.deferred) reader_.fail(args, what + ": value '" + step.value + "' is not declared deferred");
+        if (value.source != (step.kind == StepKind::register_source)) {
+          reader_.fail(args, what + ": value '" + step.value + "' is declared with " +
+                                 (value.source ? "source_at" : "adopt_at"));
+        }
+        break;
+      }
+      case StepKind::ensure:
+      case StepKind::copy:
+        reader_.require_keys(args, what, {"value", "at", "stream"});
+        step.value = value_ref(reader_.required(args, "value", what), what + " value");
+        step.location = reader_.location(reader_.required(args, "at", what), what + " at");
+        if (args["stream"]) step.stream = reader_.stream(args["stream"], what + " stream");
+        break;
+      case StepKind::move:
+        reader_.require_keys(args, what, {"value", "to", "from", "stream"});
+        step.value = value_ref(reader_.required(args, "value", what), what + " value");
+        step.location = reader_.location(reader_.required(args, "to", what), what + " to");
+        if (args["from"]) step.from = reader_.location(args["from"], what + " from");
+        if (args["stream"]) step.stream = reader_.stream(args["stream"], what + " stream");
+        break;
+      case StepKind::drop:
+        reader_.require_keys(args, what, {"value", "at"});
+        step.value = value_ref(reader_.required(args, "value", what), what + " value");
+        step.location = reader_.location(reader_.required(args, "at", what), what + " at");
+        break;
+      case StepKind::discard:
+        reader_.require_keys(args, what, {"value"});
+        step.value = value_ref(reader_.required(args, "value", what), what + " value");
+        break;
+      case StepKind::execute:
+        reader_.require_keys(args, what, {"name", "actions", "expected_version", "streams"});
+        step.plan = args["name"] ? reader_.name(args["name"], what + " name") : "residency-actions";
+        step.actions = parse_actions(reader_.required(args, "actions", what), what);
+        parse_version(args, what, step);
+        parse_streams(args, what, step);
+        break;
+      case StepKind::explain:
+      case StepKind::scope_enter: {
+        const bool scope = step.kind == StepKind::scope_enter;
+        if (scope) {
+          reader_.require_keys(args, what, {"plan", "as", "expected_version", "streams"});
+        } else {
+          reader_.require_keys(args, what, {"plan", "expected_version"});
+        }
+        const YAML::Node plan = reader_.required(args, "plan", what);
+        step.plan = reader_.name(plan, what + " plan");
+        if (scenario_.find_plan(step.plan) == nullptr) reader_.fail(plan, what + " names unknown plan '" + step.plan + "'");
+        parse_version(args, what, step);
+        if (scope) {
+          parse_streams(args, what, step);
+          define_lifetime(args, "scope", what, step);
+        }
+        break;
+      }
+      case StepKind::scope_close:
+        reader_.require_keys(args, what, {"scope"});
+        step.name = lifetime_ref(reader_.required(args, "scope", what), "scope", what + " scope");
+        break;
+      case StepKind::acquire:
+      case StepKind::hold:
+        if (step.kind == StepKind::acquire) {
+          reader_.require_keys(args, what, {"values", "at", "stream", "as"});
+          if (args["stream"]) step.stream = reader_.stream(args["stream"], what + " stream");
+        } else {
+          reader_.require_keys(args, what, {"values", "at", "as"});
+        }
+        step.values = reader_.names(reader_.required(args, "values", what), what + " values");
+        for (std::size_t i = 0; i < step.values.size(); ++i) value_ref(args["values"][i], what + " values");
+        step.location = reader_.location(reader_.required(args, "at", what), what + " at");
+        define_lifetime(args, step.kind == StepKind::acquire ? "lease" : "hold", what, step);
+        break;
+      case StepKind::add_consumer_stream:
+        reader_.require_keys(args, what, {"lease", "stream"});
+        step.name = lifetime_ref(reader_.required(args, "lease", what), "lease", what + " lease");
+        step.stream = reader_.stream(reader_.required(args, "stream", what), what + " stream");
+        break;
+      case StepKind::release: {
+        reader_.require_keys(args, what, {"lease", "hold", "reservation", "wait"});
+        int refs = 0;
+        for (const char* kind : {"lease", "hold", "reservation"}) {
+          if (!args[kind]) continue;
+          ++refs;
+          step.lifetime_kind = kind;
+          step.name = lifetime_ref(args[kind], kind, what + " " + kind);
+        }
+        if (refs != 1) reader_.fail(args, what + " needs exactly one of lease, hold, reservation");
+        if (args["wait"]) {
+          if (step.lifetime_kind != "lease") reader_.fail(args["wait"], what + ": wait applies only to leases");
+          step.wait = reader_.boolean(args["wait"], what + " wait");
+        }
+        break;
+      }
+      case StepKind::reserve:
+        reader_.require_keys(args, what, {"at", "bytes", "label", "as"});
+        step.location = reader_.location(reader_.required(args, "at", what), what + " at");
+        step.bytes = reader_.size(reader_.required(args, "bytes", what), what + " bytes");
+        step.label = reader_.text(reader_.required(args, "label", what), what + " label");
+        define_lifetime(args, "reservation", what, step);
+        break;
+      case StepKind::snapshot:
+        reader_.require_keys(args, what, {});
+        break;
+      case StepKind::close:
+        reader_.require_keys(args, what, {"wait", "force"});
+        step.wait = args["wait"] ? reader_.boolean(args["wait"], what + " wait") : true;
+        if (args["force"]) step.force = reader_.boolean(args["force"], what + " force");
+        break;
+      case StepKind::advance:
+        reader_.require_keys(args, what, {"ns"});
+        step.ns = reader_.count(reader_.required(args, "ns", what), what + " ns");
+        break;
+      case StepKind::complete:
+        reader_.require_keys(args, what, {"stream"});
+        step.stream = reader_.stream(reader_.required(args, "stream", what), what + " stream");
+        break;
+      case StepKind::work: {
+        reader_.require_keys(args, what, {"stream", "ns"});
+        step.stream = reader_.stream(reader_.required(args, "stream", what), what + " stream");
+        const YAML::Node ns = reader_.required(args, "ns", what);
+        step.ns = reader_.text(ns, what + " ns") == "never" ? never_ns()
+                                                             : reader_.count(ns, what + " ns");
+        break;
+      }
+      case StepKind::verify:
+        reader_.require_keys(args, what, {"values"});
+        if (args["values"]) {
+          step.values = reader_.names(args["values"], what + " values");
+          for (std::size_t i = 0; i < step.values.size(); ++i) value_ref(args["values"][i], what + " values");
+        }
+        break;
+      case StepKind::arm:
+        step.fault = parse_fault(reader_, args, what);
+        break;
+      case StepKind::disarm:
+        reader_.require_keys(args, what, {"name"});
+        step.name = reader_.name(reader_.required(args, "name", what), what + " name");
+        break;
+    }
+    if (node["expect"]) step.expect = parse_expect(node["expect"], what + " expect");
+    if (node["remember_version"]) {
+      step.remember_version = reader_.name(node["remember_version"], what + " remember_version");
+      remembered_.insert(step.remember_version);
+    }
+    return step;
+  }
+
+  static std::int64_t never_ns() { return std::numeric_limits<std::int64_t>::max(); }
+
+  const Reader& reader_;
+  Scenario& scenario_;
+  std::map<std::string, std::string> lifetimes_;
+  std::set<std::string> remembered_;
+};
+
+}  // namespace
+
+const char* to_string(StepKind kind) noexcept {
+  for (const auto& [name, value] : step_kinds()) {
+    if (value == kind) return name.c_str();
+  }
+  return "unknown";
+}
+
+bool Expectation::any() const {
+  return error || message || injected || no_op || source || destination || reason || phase || failed_index ||
+         committed || feasible || !predicted_peak.empty() || !locations.empty() || !resident.empty() ||
+         !discarded.empty() || faults_fired || diagnostics;
+}
+
+const ValueDecl* Scenario::find_value(const std::string& value) const {
+  for (const auto& item : values) {
+    if (item.name == value) return &item;
+  }
+  return nullptr;
+}
+
+const PlanDecl* Scenario::find_plan(const std::string& plan) const {
+  for (const auto& item : plans) {
+    if (item.name == plan) return &item;
+  }
+  return nullptr;
+}
+
+Scenario parse_scenario(const std::string& text, const std::string& file) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::ParserException& error) {
+    throw ScenarioError(file, error.mark.line + 1, error.mark.column + 1, "malformed YAML: " + error.msg);
+  }
+  Reader reader(file);
+  Scenario scenario;
+  scenario.file = file;
+  try {
+    ScenarioParser(reader, scenario).parse(root);
+  } catch (const YAML::Exception& error) {
+    throw ScenarioError(file, error.mark.line + 1, error.mark.column + 1, error.msg);
+  }
+  return scenario;
+}
+
+Scenario load_scenario_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw ScenarioError(path, 0, 0, "cannot open scenario file");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parse_scenario(text.str(), path);
+}
+
+}  // namespace fhelium::harness
