@@ -109,6 +109,11 @@ void FaultInjectingRuntime::clear_rules() {
   rules_.clear();
 }
 
+std::size_t FaultInjectingRuntime::remove_rule(const std::string& name) {
+  std::lock_guard lock(mutex_);
+  return std::erase_if(rules_, [&](const RuleState& state) { return state.rule.name == name; });
+}
+
 std::vector<FiredFault> FaultInjectingRuntime::fired() const {
   std::lock_guard lock(mutex_);
   return fired_;

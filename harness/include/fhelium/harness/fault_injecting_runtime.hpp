@@ -90,6 +90,8 @@ class FaultInjectingRuntime final : public residency::DeviceRuntime {
 
   void add_rule(FaultRule rule);
   void clear_rules();
+  // Removes the rules named `name`; returns how many were removed.
+  std::size_t remove_rule(const std::string& name);
   std::vector<FiredFault> fired() const;
   const std::shared_ptr<residency::DeviceRuntime>& upstream() const noexcept { return upstream_; }
 

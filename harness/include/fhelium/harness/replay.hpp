@@ -1,0 +1,77 @@
+// The replay engine: runs one scenario against a fresh manager on a simulated
+// (or real) runtime stacked under a fault-injecting runtime, checks every
+// step's expectations, the invariants after every step, and the contents of
+// every value read, and returns a deterministic result record.
+//
+// Same scenario, same seed, same runtime: the same ScenarioResult, field for
+// field (the result holds no wall-clock time and no process-specific ids).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "fhelium/harness/scenario.hpp"
+
+namespace fhelium::harness {
+
+struct ReplayOptions {
+  std::optional<std::uint64_t> seed;     // overrides the scenario's seed
+  std::optional<std::string> runtime;    // "simulated" or "torch"; overrides the scenario's
+  // Receives one line per step when set (verbose mode).
+  std::function<void(const std::string&)> log;
+};
+
+struct FiredFaultRecord {
+  std::string rule;
+  std::string operation;
+  std::int64_t call_index = 0;
+  std::size_t step = 0;
+  std::string detail;
+};
+
+struct LocationSample {
+  std::string location;
+  std::int64_t used_bytes = 0;
+  std::int64_t reserved_bytes = 0;
+};
+
+struct StepRecord {
+  std::size_t index = 0;
+  int line = 0;
+  std::string kind;
+  std::string outcome;  // "ok", "no-op" or the error kind
+  std::string message;  // error message or report reason
+  std::int64_t virtual_ns = 0;
+  std::uint64_t state_version = 0;
+  std::vector<std::string> transitions;  // described actions completed by this step
+  std::vector<LocationSample> locations;  // accounting after the step
+};
+
+struct ScenarioResult {
+  std::string file;
+  std::string name;
+  std::string description;
+  std::uint64_t seed = 0;
+  std::string runtime;
+  std::string verdict;  // passed | failed | skipped
+  std::string failure;  // why it failed or was skipped
+  std::optional<std::size_t> failed_step;
+  int failed_line = 0;
+  std::size_t steps_run = 0;
+  std::int64_t invariant_checks = 0;
+  std::int64_t content_checks = 0;
+  std::vector<FiredFaultRecord> faults;
+  std::map<std::string, std::int64_t> error_paths;  // error kind reached -> times
+  std::vector<std::pair<std::string, std::int64_t>> peak_charged;  // final peak per location
+  std::vector<StepRecord> steps;
+
+  bool passed() const { return verdict != "failed"; }
+};
+
+ScenarioResult replay(const Scenario& scenario, const ReplayOptions& options = {});
+
+}  // namespace fhelium::harness

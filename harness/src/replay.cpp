@@ -1,0 +1,803 @@
+// The replay engine. A Replayer owns one scenario run: the runtime stack, the
+// manager, named handles and lifetimes, the invariant checker and the result.
+// Each step runs in three parts: perform the operation and capture its
+// outcome (result or classified error), compare the outcome with the step's
+// expectations, then snapshot, check invariants and compare the snapshot
+// expectations. The first mismatch ends the run with a located failure.
+#include "fhelium/harness/replay.hpp"
+
+#include <ATen/ops/arange.h>
+
+#include <sstream>
+
+#include "fhelium/harness/fault_injecting_runtime.hpp"
+#include "fhelium/harness/invariant_checker.hpp"
+#include "fhelium/harness/simulated_runtime.hpp"
+#include "fhelium/residency.hpp"
+
+namespace fhelium::harness {
+
+using namespace residency;
+
+namespace {
+
+// Ends the run at the current step.
+struct StepFailure {
+  std::string message;
+};
+
+class InjectedSourceFailure final : public std::runtime_error, public InjectedFault {
+ public:
+  InjectedSourceFailure(const std::string& rule, const std::string& message)
+      : std::runtime_error(message), InjectedFault(rule) {}
+};
+
+at::ScalarType scalar_type(const std::string& dtype) {
+  static const std::map<std::string, at::ScalarType> types{{"float32", at::kFloat}, {"float64", at::kDouble},
+                                                           {"float16", at::kHalf},  {"int64", at::kLong},
+                                                           {"int32", at::kInt},     {"uint8", at::kByte}};
+  return types.at(dtype);
+}
+
+std::int64_t name_seed(const std::string& name) {
+  std::int64_t seed = 17;
+  for (const char c : name) seed = (seed * 31 + static_cast<unsigned char>(c)) % 1000003;
+  return seed;
+}
+
+// Deterministic contents of a declared value: (i + seed) mod 251, as its dtype.
+ResidentValue expected_value(const ValueDecl& decl, std::int64_t elements) {
+  const at::Tensor data = at::arange(elements, at::TensorOptions().dtype(at::kLong))
+                              .add_(name_seed(decl.name))
+                              .remainder_(251)
+                              .to(scalar_type(decl.dtype));
+  return ResidentValue(decl.type_name, {{"data", data}}, {{"name", decl.name}});
+}
+
+bool same_contents(const ResidentValue& a, const ResidentValue& b) {
+  if (a.type_name() != b.type_name() || a.attributes() != b.attributes() || a.fields().size() != b.fields().size()) {
+    return false;
+  }
+  for (std::size_t i = 0; i < a.fields().size(); ++i) {
+    const at::Tensor& x = a.fields()[i].second;
+    const at::Tensor& y = b.fields()[i].second;
+    if (!x.sizes().equals(y.sizes()) || x.scalar_type() != y.scalar_type()) return false;
+    if (!x.contiguous().view(at::kByte).equal(y.contiguous().view(at::kByte))) return false;
+  }
+  return true;
+}
+
+struct Classified {
+  std::string kind;
+  std::string message;
+  bool injected = false;
+  std::optional<std::string> phase;
+  std::optional<std::int64_t> failed_index;
+  std::optional<std::int64_t> committed;
+};
+
+bool is_injected(const std::exception& error) {
+  if (injected_rule(error)) return true;
+  if (const auto* plan = dynamic_cast<const ResidencyPlanExecutionError*>(&error)) {
+    try {
+      plan->rethrow_cause();
+    } catch (const std::exception& cause) {
+      return injected_rule(cause).has_value();
+    } catch (...) {
+    }
+  }
+  return false;
+}
+
+Classified classify(const std::exception_ptr& error) {
+  Classified result;
+  try {
+    std::rethrow_exception(error);
+  } catch (const ResidencyPlanExecutionError& e) {
+    result.kind = "plan_execution";
+    result.phase = to_string(e.phase());
+    result.failed_index = e.failed_action_index() ? e.failed_action_index() : e.failed_reservation_index();
+    result.committed = static_cast<std::int64_t>(e.partial_report().transitions.size());
+  } catch (const ResidencyStaleStateError&) {
+    result.kind = "stale";
+  } catch (const ResidencyPlanError&) {
+    result.kind = "plan";
+  } catch (const ResidencyBudgetError&) {
+    result.kind = "budget";
+  } catch (const ResidencyHandleError&) {
+    result.kind = "handle";
+  } catch (const ResidencyUnavailableError&) {
+    result.kind = "unavailable";
+  } catch (const ResidencyInUseError&) {
+    result.kind = "in_use";
+  } catch (const ResidencyOwnershipError&) {
+    result.kind = "ownership";
+  } catch (const ResidencyMaterializationError&) {
+    result.kind = "materialization";
+  } catch (const ResidencyReentrancyError&) {
+    result.kind = "reentrancy";
+  } catch (const ResidencyLifetimeClosedError&) {
+    result.kind = "lifetime_closed";
+  } catch (const ResidencyClosedError&) {
+    result.kind = "closed";
+  } catch (const std::invalid_argument&) {
+    result.kind = "invalid_argument";
+  } catch (const std::logic_error&) {
+    result.kind = "logic";
+  } catch (const c10::OutOfMemoryError&) {
+    result.kind = "out_of_memory";
+  } catch (const c10::Error&) {
+    result.kind = "device";
+  } catch (const std::exception&) {
+    result.kind = "runtime";
+  } catch (...) {
+    result.kind = "unknown";
+    result.message = "non-standard exception";
+    return result;
+  }
+  try {
+    std::rethrow_exception(error);
+  } catch (const c10::Error& e) {
+    result.message = e.what_without_backtrace();
+    result.injected = injected_rule(e).has_value();
+  } catch (const std::exception& e) {
+    result.message = e.what();
+    result.injected = is_injected(e);
+  }
+  return result;
+}
+
+std::string name_of(const std::optional<ResidencyLocation>& location) {
+  return location ? location->name() : std::string("none");
+}
+
+struct Outcome {
+  std::optional<Classified> error;
+  bool no_op = false;
+  std::optional<ResidencyLocation> source, destination;
+  std::optional<std::string> reason;
+  std::optional<std::int64_t> committed;
+  std::optional<ResidencyPlanExplanation> explanation;
+};
+
+class Replayer {
+ public:
+  Replayer(const Scenario& scenario, const ReplayOptions& options) : scenario_(scenario), options_(options) {
+    result_.file = scenario.file;
+    result_.name = scenario.name;
+    result_.description = scenario.description;
+    result_.seed = options.seed.value_or(scenario.seed);
+    result_.runtime = options.runtime.value_or(scenario.runtime);
+  }
+
+  ScenarioResult run() {
+    if (const auto reason = unsupported()) {
+      result_.verdict = "skipped";
+      result_.failure = *reason;
+      return result_;
+    }
+    try {
+      setup();
+      for (std::size_t index = 0; index < scenario_.steps.size(); ++index) run_step(index, scenario_.steps[index]);
+      finish();
+      result_.verdict = "passed";
+    } catch (const StepFailure& failure) {
+      result_.verdict = "failed";
+      result_.failure = failure.message;
+    }
+    apply_canary();
+    return result_;
+  }
+
+ private:
+  // --- setup -------------------------------------------------------------
+
+  std::optional<std::string> unsupported() const {
+    if (result_.runtime == "simulated") return std::nullopt;
+    if (result_.runtime != "torch") return "unknown runtime '" + result_.runtime + "'";
+    const TorchRuntime probe;
+    const auto missing = [&](const ResidencyLocation& location) -> std::optional<std::string> {
+      if (location.is_cuda() && location.cuda_index() >= probe.cuda_device_count()) {
+        return "runtime torch has no " + location.name();
+      }
+      if (location == PINNED_HOST && !probe.can_pin()) return std::string("runtime torch cannot pin host memory");
+      return std::nullopt;
+    };
+    for (const auto& value : scenario_.values) {
+      if (auto reason = missing(value.at)) return reason;
+    }
+    for (const auto& step : scenario_.steps) {
+      if (step.kind == StepKind::advance || step.kind == StepKind::complete || step.kind == StepKind::work) {
+        return std::string("step '") + to_string(step.kind) + "' needs the simulated runtime";
+      }
+      if (step.location) {
+        if (auto reason = missing(*step.location)) return reason;
+      }
+      if (step.stream) return std::string("streams are simulated");
+    }
+    if (!scenario_.capacity.empty()) return std::string("capacities are simulated");
+    return std::nullopt;
+  }
+
+  void setup() {
+    std::shared_ptr<DeviceRuntime> base;
+    if (result_.runtime == "simulated") {
+      SimulatedRuntimeOptions options;
+      options.cuda_devices = scenario_.cuda_devices;
+      options.capacity_bytes = scenario_.capacity;
+      options.can_pin = scenario_.can_pin;
+      options.copy_ns_per_mib = scenario_.copy_ns_per_mib;
+      try {
+        simulated_ = std::make_shared<SimulatedRuntime>(options);
+      } catch (const std::exception& error) {
+        fail_setup(std::string("runtime: ") + error.what());
+      }
+      base = simulated_;
+    } else {
+      base = std::make_shared<TorchRuntime>();
+    }
+    faults_ = std::make_shared<FaultInjectingRuntime>(base, scenario_.faults, result_.seed);
+    ManagerOptions options;
+    options.budgets = scenario_.budgets;
+    options.trace_capacity = scenario_.trace_capacity;
+    options.runtime = faults_;
+    try {
+      manager_ = std::make_unique<ResidencyManager>(std::move(options));
+    } catch (const std::exception& error) {
+      fail_setup(std::string("manager: ") + error.what());
+    }
+    for (const auto& value : scenario_.values) {
+      if (value.deferred) continue;
+      try {
+        create(value);
+      } catch (const std::exception& error) {
+        fail_setup("value '" + value.name + "' (line " + std::to_string(value.line) + "): " + error.what());
+      }
+    }
+    after_operation();  // establishes the invariant baseline
+    clear_fired_baseline();
+  }
+
+  [[noreturn]] void fail_setup(const std::string& message) { throw StepFailure{"setup failed: " + message}; }
+
+  ResidentValue placed(const ResidentValue& value, const ResidencyLocation& location) {
+    if (location == PAGEABLE_HOST) return value;
+    // Placement is the test's business, not the manager's: bypass the fault layer.
+    return faults_->upstream()->copy_to(value, location, std::nullopt);
+  }
+
+  void create(const ValueDecl& decl) {
+    if (!decl.source) {
+      handles_[decl.name] = manager_->adopt(placed(expected_value(decl, decl.elements), decl.at), decl.at, decl.mode);
+      return;
+    }
+    const std::int64_t charge = decl.elements * c10::elementSize(scalar_type(decl.dtype));
+    const ResidencyValueSpec spec(decl.type_name, charge, charge, decl.mode, Recoverability::reconstructible);
+    handles_[decl.name] = manager_->register_source(spec, [this, decl] { return load(decl); }, decl.at);
+  }
+
+  ResidentValue load(const ValueDecl& decl) {
+    const std::int64_t count = ++loads_[decl.name];
+    const std::string rule = "source:" + decl.name;
+    if (decl.fail_on_load && *decl.fail_on_load == count) {
+      record_fault(rule, "load", count, "load " + std::to_string(count) + " of '" + decl.name + "' fails");
+      throw InjectedSourceFailure(rule, "injected source failure: load " + std::to_string(count) + " of '" +
+                                            decl.name + "'");
+    }
+    if (decl.wrong) {
+      record_fault(rule, "load", count, "load returns a value of the wrong " + *decl.wrong);
+      if (*decl.wrong == "size") return placed(expected_value(decl, decl.elements + 1), decl.at);
+      if (*decl.wrong == "type") {
+        ValueDecl other = decl;
+        other.type_name += "Mismatch";
+        return placed(expected_value(other, decl.elements), decl.at);
+      }
+      const ResidencyLocation elsewhere = decl.at == PAGEABLE_HOST ? PINNED_HOST : PAGEABLE_HOST;
+      return placed(expected_value(decl, decl.elements), elsewhere);
+    }
+    return placed(expected_value(decl, decl.elements), decl.at);
+  }
+
+  void record_fault(const std::string& rule, const std::string& operation, std::int64_t index,
+                    const std::string& detail) {
+    result_.faults.push_back(FiredFaultRecord{rule, operation, index, current_step_, detail});
+  }
+
+  void clear_fired_baseline() { fired_seen_ = faults_->fired().size(); }
+
+  // --- conversions -----------------------------------------------------
+
+  ResidencyHandle handle(const std::string& value) const {
+    const auto found = handles_.find(value);
+    if (found != handles_.end()) return found->second;
+    // Not created yet: a handle the manager has never issued.
+    return ResidencyHandle{manager_->manager_id(), "unregistered-" + value, scenario_.find_value(value)->type_name};
+  }
+
+  static c10::Stream stream(const StreamRef& ref) {
+    return c10::Stream(c10::Stream::UNSAFE,
+                       c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(ref.device)), ref.id);
+  }
+
+  ResidencyAction action(const ActionDecl& decl) const {
+    switch (decl.kind) {
+      case ActionKind::ensure: return EnsureResident{handle(decl.value), decl.location};
+      case ActionKind::move: return MoveResident{handle(decl.value), decl.location, decl.from};
+      case ActionKind::drop: return DropResident{handle(decl.value), decl.location};
+      case ActionKind::discard: return DiscardValue{handle(decl.value)};
+    }
+    return DiscardValue{handle(decl.value)};
+  }
+
+  std::vector<ResidencyAction> actions(const std::vector<ActionDecl>& decls) const {
+    std::vector<ResidencyAction> result;
+    for (const auto& decl : decls) result.push_back(action(decl));
+    return result;
+  }
+
+  ResidencyPlan plan(const std::string& name) const {
+    const PlanDecl& decl = *scenario_.find_plan(name);
+    ResidencyPlan result{decl.name, actions(decl.reclaim), actions(decl.enter), actions(decl.exit), {}};
+    for (const auto& reservation : decl.reservations) {
+      result.reservations.emplace_back(reservation.location, reservation.bytes, reservation.label);
+    }
+    return result;
+  }
+
+  TransferStreams transfer_streams(const Step& step) const {
+    TransferStreams result;
+    for (const auto& [location, ref] : step.transfer_streams) result.emplace(location, stream(ref));
+    return result;
+  }
+
+  std::optional<std::uint64_t> expected_version(const Step& step) const {
+    if (step.expected_version) return step.expected_version;
+    if (!step.expected_version_ref.empty()) return remembered_.at(step.expected_version_ref);
+    return std::nullopt;
+  }
+
+  SimulatedRuntime& simulated() {
+    if (!simulated_) throw std::invalid_argument("this step needs the simulated runtime");
+    return *simulated_;
+  }
+
+  // --- steps -------------------------------------------------------------
+
+  void run_step(std::size_t index, const Step& step) {
+    current_step_ = index;
+    const std::size_t faults_before = result_.faults.size() + faults_->fired().size() - fired_seen_;
+    std::optional<ResidencyPlanExplanation> preflight;
+    const auto peaks_before = last_peaks_;
+    Outcome outcome;
+    try {
+      outcome = perform(step, preflight);
+    } catch (const StepFailure&) {
+      throw;
+    } catch (...) {
+      outcome.error = classify(std::current_exception());
+    }
+    if (outcome.error) result_.error_paths[outcome.error->kind] += 1;
+    check_outcome(index, step, outcome);
+    const ResidencySnapshot* snapshot = after_operation();
+    StepRecord record{index, step.line, to_string(step.kind)};
+    record.outcome = outcome.error ? outcome.error->kind : (outcome.no_op ? "no-op" : "ok");
+    record.message = outcome.error ? outcome.error->message : outcome.reason.value_or("");
+    record.transitions = step_transitions_;
+    if (snapshot != nullptr) {
+      record.virtual_ns = snapshot->captured_at_ns;
+      record.state_version = snapshot->state_version;
+      for (const auto& location : snapshot->locations) {
+        record.locations.push_back({location.location.name(), location.used_bytes, location.reserved_bytes});
+      }
+    }
+    const bool faults_fired = result_.faults.size() + faults_->fired().size() - fired_seen_ > faults_before;
+    if (preflight && snapshot != nullptr) check_preflight(index, step, *preflight, outcome, faults_fired, peaks_before, *snapshot);
+    check_snapshot_expectations(index, step, snapshot);
+    if (!step.remember_version.empty()) {
+      if (snapshot == nullptr) fail(index, step, "remember_version needs an open manager");
+      remembered_[step.remember_version] = snapshot->state_version;
+    }
+    result_.steps.push_back(std::move(record));
+    result_.steps_run = index + 1;
+    if (options_.log) {
+      const StepRecord& last = result_.steps.back();
+      options_.log("  step " + std::to_string(index) + " (line " + std::to_string(step.line) + ") " + last.kind +
+                   ": " + last.outcome + (last.message.empty() ? "" : " - " + last.message));
+    }
+  }
+
+  Outcome transition(const ResidencyTransitionReport& report) {
+    Outcome outcome;
+    outcome.no_op = report.no_op;
+    outcome.source = report.source;
+    outcome.destination = report.destination;
+    outcome.reason = report.reason;
+    return outcome;
+  }
+
+  Outcome perform(const Step& step, std::optional<ResidencyPlanExplanation>& preflight) {
+    Outcome outcome;
+    const auto stream_arg = [&]() -> std::optional<c10::Stream> {
+      if (!step.stream) return std::nullopt;
+      return stream(*step.stream);
+    };
+    switch (step.kind) {
+      case StepKind::adopt:
+      case StepKind::register_source:
+        create(*scenario_.find_value(step.value));
+        return outcome;
+      case StepKind::ensure:
+      case StepKind::copy:
+        return transition(manager_->ensure(handle(step.value), *step.location, stream_arg()));
+      case StepKind::move:
+        return transition(manager_->move(handle(step.value), *step.location, step.from, stream_arg()));
+      case StepKind::drop:
+        return transition(manager_->drop(handle(step.value), *step.location));
+      case StepKind::discard:
+        return transition(manager_->discard(handle(step.value)));
+      case StepKind::execute: {
+        const auto list = actions(step.actions);
+        try {
+          preflight = manager_->explain(ResidencyPlan{step.plan, {}, list, {}, {}});
+        } catch (...) {
+        }
+        const ResidencyPlanReport report =
+            manager_->execute_actions(list, step.plan, transfer_streams(step), expected_version(step));
+        outcome.committed = static_cast<std::int64_t>(report.transitions.size());
+        return outcome;
+      }
+      case StepKind::explain: {
+        outcome.explanation = manager_->explain(plan(step.plan), expected_version(step));
+        outcome.reason = outcome.explanation->reason;
+        return outcome;
+      }
+      case StepKind::scope_enter: {
+        try {
+          preflight = manager_->explain(plan(step.plan));
+        } catch (...) {
+        }
+        auto [it, inserted] =
+            scopes_.insert_or_assign(step.name, manager_->scope(plan(step.plan), transfer_streams(step), expected_version(step)));
+        it->second.enter();
+        return outcome;
+      }
+      case StepKind::scope_close: {
+        const auto report = scopes_.at(step.name).close();
+        outcome.no_op = !report.has_value();
+        if (report) outcome.committed = static_cast<std::int64_t>(report->transitions.size());
+        return outcome;
+      }
+      case StepKind::acquire: {
+        std::vector<ResidencyHandle> list;
+        for (const auto& value : step.values) list.push_back(handle(value));
+        auto lease = manager_->acquire(list, *step.location, stream_arg());
+        for (const auto& value : step.values) check_content(value, lease.value(handle(value)), *step.location);
+        leases_.insert_or_assign(step.name, std::move(lease));
+        return outcome;
+      }
+      case StepKind::add_consumer_stream:
+        leases_.at(step.name).add_consumer_stream(stream(*step.stream));
+        return outcome;
+      case StepKind::release:
+        if (step.lifetime_kind == "lease") leases_.at(step.name).release(step.wait);
+        if (step.lifetime_kind == "hold") holds_.at(step.name).release();
+        if (step.lifetime_kind == "reservation") reservations_.at(step.name).release();
+        return outcome;
+      case StepKind::hold: {
+        std::vector<ResidencyHandle> list;
+        for (const auto& value : step.values) list.push_back(handle(value));
+        holds_.insert_or_assign(step.name, manager_->hold(list, *step.location));
+        return outcome;
+      }
+      case StepKind::reserve:
+        reservations_.insert_or_assign(step.name, manager_->reserve(*step.location, step.bytes, step.label));
+        return outcome;
+      case StepKind::snapshot:
+        return outcome;
+      case StepKind::close:
+        manager_->close(step.wait, step.force);
+        return outcome;
+      case StepKind::advance:
+        simulated().advance(step.ns);
+        return outcome;
+      case StepKind::complete:
+        simulated().complete(stream(*step.stream));
+        return outcome;
+      case StepKind::work:
+        simulated().enqueue(stream(*step.stream), step.ns);
+        return outcome;
+      case StepKind::verify:
+        verify(step.values);
+        return outcome;
+      case StepKind::arm:
+        faults_->add_rule(*step.fault);
+        return outcome;
+      case StepKind::disarm:
+        faults_->remove_rule(step.name);
+        return outcome;
+    }
+    return outcome;
+  }
+
+  // --- contents ----------------------------------------------------------
+
+  void check_content(const std::string& value, const ResidentValue& actual, const ResidencyLocation& location) {
+    result_.content_checks += 1;
+    const ValueDecl& decl = *scenario_.find_value(value);
+    if (!same_contents(actual, expected_value(decl, decl.elements))) {
+      throw StepFailure{"content of value '" + value + "' at " + location.name() + " differs from what was stored"};
+    }
+  }
+
+  // Reads every materialization of `values` (all values when empty) and compares it.
+  void verify(const std::vector<std::string>& values) {
+    const ResidencySnapshot snapshot = manager_->snapshot();
+    for (const auto& decl : scenario_.values) {
+      if (!values.empty() && std::find(values.begin(), values.end(), decl.name) == values.end()) continue;
+      const auto found = handles_.find(decl.name);
+      if (found == handles_.end()) continue;
+      const ResidencyValueSnapshot* entry = snapshot.value(found->second);
+      if (entry == nullptr) continue;
+      for (const auto& item : entry->materializations) {
+        const std::optional<c10::Stream> consumer =
+            item.location.is_cuda() ? std::optional(stream(StreamRef{item.location.cuda_index(), 1'000'000}))
+                                    : std::nullopt;
+        auto lease = manager_->acquire({found->second}, item.location, consumer);
+        check_content(decl.name, lease.value(found->second), item.location);
+        lease.release(true);
+      }
+    }
+  }
+
+  // --- checks ------------------------------------------------------------
+
+  [[noreturn]] void fail(std::size_t index, const Step& step, const std::string& message) {
+    result_.failed_step = index;
+    result_.failed_line = step.line;
+    throw StepFailure{scenario_.file + ":" + std::to_string(step.line) + ": step " + std::to_string(index) + " (" +
+                      to_string(step.kind) + "): " + message};
+  }
+
+  void check_outcome(std::size_t index, const Step& step, const Outcome& outcome) {
+    const Expectation& expect = step.expect;
+    const std::string expected_error = expect.error.value_or("none");
+    if (outcome.error) {
+      if (expected_error == "none") {
+        fail(index, step, "unexpected " + outcome.error->kind + " error: " + outcome.error->message);
+      }
+      if (expected_error != "any" && expected_error != outcome.error->kind) {
+        fail(index, step, "expected error " + expected_error + ", got " + outcome.error->kind + ": " +
+                              outcome.error->message);
+      }
+      if (expect.message && outcome.error->message.find(*expect.message) == std::string::npos) {
+        fail(index, step, "expected the error message to contain '" + *expect.message + "', got: " +
+                              outcome.error->message);
+      }
+      if (expect.injected && *expect.injected != outcome.error->injected) {
+        fail(index, step, std::string("expected an ") + (*expect.injected ? "injected" : "organic") +
+                              " error, got: " + outcome.error->message);
+      }
+      compare(index, step, "phase", expect.phase, outcome.error->phase);
+      compare(index, step, "failed_index", expect.failed_index, outcome.error->failed_index);
+      compare(index, step, "committed transitions", expect.committed, outcome.error->committed);
+      return;
+    }
+    if (expected_error != "none") fail(index, step, "expected error " + expected_error + ", but the step succeeded");
+    if (expect.no_op && *expect.no_op != outcome.no_op) {
+      fail(index, step, std::string("expected no_op ") + (*expect.no_op ? "true" : "false") + ", got " +
+                            (outcome.no_op ? "true" : "false"));
+    }
+    if (expect.source && *expect.source != outcome.source) {
+      fail(index, step, "expected source " + name_of(*expect.source) + ", got " + name_of(outcome.source));
+    }
+    if (expect.destination && *expect.destination != outcome.destination) {
+      fail(index, step, "expected destination " + name_of(*expect.destination) + ", got " + name_of(outcome.destination));
+    }
+    if (expect.reason && outcome.reason.value_or("").find(*expect.reason) == std::string::npos) {
+      fail(index, step, "expected the reason to contain '" + *expect.reason + "', got '" + outcome.reason.value_or("") + "'");
+    }
+    compare(index, step, "committed transitions", expect.committed, outcome.committed);
+    if (outcome.explanation) {
+      if (expect.feasible && *expect.feasible != outcome.explanation->feasible) {
+        fail(index, step, std::string("expected the plan to be ") + (*expect.feasible ? "feasible" : "infeasible") +
+                              ", explain said " + (outcome.explanation->feasible ? "feasible" : "infeasible: ") +
+                              outcome.explanation->reason.value_or(""));
+      }
+      for (const auto& [location, bytes] : expect.predicted_peak) {
+        compare(index, step, "predicted peak at " + location.name(), std::optional(bytes),
+                outcome.explanation->predicted_peak(location));
+      }
+    } else if (expect.feasible || !expect.predicted_peak.empty()) {
+      fail(index, step, "feasible and predicted_peak apply only to explain steps");
+    }
+  }
+
+  template <class T>
+  void compare(std::size_t index, const Step& step, const std::string& what, const std::optional<T>& expected,
+               const std::optional<T>& actual) {
+    if (!expected) return;
+    if (!actual) fail(index, step, "expected " + what + " " + text(*expected) + ", got none");
+    if (*expected != *actual) fail(index, step, "expected " + what + " " + text(*expected) + ", got " + text(*actual));
+  }
+
+  static std::string text(const std::string& value) { return value; }
+  static std::string text(std::int64_t value) { return std::to_string(value); }
+
+  void check_snapshot_expectations(std::size_t index, const Step& step, const ResidencySnapshot* snapshot) {
+    const Expectation& expect = step.expect;
+    const bool needs_snapshot = !expect.locations.empty() || !expect.resident.empty() || !expect.discarded.empty();
+    if (expect.faults_fired) {
+      const auto fired = static_cast<std::int64_t>(result_.faults.size());
+      compare(index, step, "faults fired", expect.faults_fired, std::optional(fired));
+    }
+    if (!needs_snapshot && !expect.diagnostics) return;
+    if (snapshot == nullptr) fail(index, step, "snapshot expectations need an open manager");
+    if (expect.diagnostics) {
+      compare(index, step, "diagnostics", expect.diagnostics,
+              std::optional(static_cast<std::int64_t>(manager_->diagnostics().size())));
+    }
+    for (const auto& [location, want] : expect.locations) {
+      const ResidencyLocationSnapshot* got = snapshot->location(location);
+      if (got == nullptr) fail(index, step, "expected location " + location.name() + " to be registered");
+      const std::string at = " at " + location.name();
+      if (want.budget) compare(index, step, "budget" + at, want.budget, got->budget_bytes);
+      compare(index, step, "used bytes" + at, want.used, std::optional(got->used_bytes));
+      compare(index, step, "reserved bytes" + at, want.reserved, std::optional(got->reserved_bytes));
+      if (want.remaining && *want.remaining != got->remaining_budget_bytes) {
+        fail(index, step, "expected remaining bytes" + at + " " +
+                              (*want.remaining ? std::to_string(**want.remaining) : "none") + ", got " +
+                              (got->remaining_budget_bytes ? std::to_string(*got->remaining_budget_bytes) : "none"));
+      }
+      compare(index, step, "peak used bytes" + at, want.peak_used, std::optional(got->peak_used_bytes));
+      compare(index, step, "peak charged bytes" + at, want.peak_charged, std::optional(got->peak_charged_bytes));
+      compare(index, step, "value count" + at, want.values, std::optional(got->value_count));
+      compare(index, step, "reservation count" + at, want.reservations, std::optional(got->reservation_count));
+      compare(index, step, "use count" + at, want.uses, std::optional(got->use_count));
+      compare(index, step, "hold count" + at, want.holds, std::optional(got->hold_count));
+      compare(index, step, "pending event count" + at, want.pending, std::optional(got->pending_event_count));
+    }
+    for (const auto& [value, places] : expect.resident) {
+      const ResidencyValueSnapshot* entry = snapshot->value(handle(value));
+      std::vector<ResidencyLocation> actual;
+      if (entry != nullptr) {
+        for (const auto& item : entry->materializations) actual.push_back(item.location);
+      }
+      if (actual != places) {
+        const auto list = [](const std::vector<ResidencyLocation>& locations) {
+          std::string out = "[";
+          for (const auto& location : locations) out += (out.size() > 1 ? ", " : "") + location.name();
+          return out + "]";
+        };
+        fail(index, step, "expected value '" + value + "' resident at " + list(places) + ", got " + list(actual));
+      }
+    }
+    for (const auto& [value, discarded] : expect.discarded) {
+      const ResidencyValueSnapshot* entry = snapshot->value(handle(value));
+      const bool actual = entry != nullptr && entry->discarded;
+      if (actual != discarded) {
+        fail(index, step, "expected value '" + value + "' " + (discarded ? "" : "not ") + "discarded");
+      }
+    }
+  }
+
+  // A feasible explanation of a fault-free run must execute, within its predicted peaks.
+  void check_preflight(std::size_t index, const Step& step, const ResidencyPlanExplanation& preflight,
+                       const Outcome& outcome, bool faults_fired,
+                       const std::map<ResidencyLocation, std::int64_t>& peaks_before,
+                       const ResidencySnapshot& snapshot) {
+    if (!preflight.feasible || faults_fired) return;
+    if (outcome.error && outcome.error->kind != "stale" && outcome.error->kind != "invalid_argument") {
+      fail(index, step, "invariant explain-execute violated: explain found plan '" + preflight.plan_name +
+                            "' feasible, but running it without faults failed: " + outcome.error->message);
+    }
+    if (outcome.error) return;
+    for (const auto& location : snapshot.locations) {
+      const auto before = peaks_before.find(location.location);
+      const std::int64_t previous = before == peaks_before.end() ? 0 : before->second;
+      if (location.peak_charged_bytes <= previous) continue;
+      const auto predicted = preflight.predicted_peak(location.location);
+      if (!predicted || location.peak_charged_bytes > *predicted) {
+        fail(index, step, "invariant predicted-peak violated at " + location.location.name() + ": observed peak " +
+                              std::to_string(location.peak_charged_bytes) + " > predicted " +
+                              (predicted ? std::to_string(*predicted) : "none"));
+      }
+    }
+  }
+
+  // Snapshot + invariants after each operation; nullptr once the manager is closed.
+  const ResidencySnapshot* after_operation() {
+    collect_faults();
+    step_transitions_.clear();
+    if (!manager_ || manager_->closed()) {
+      last_snapshot_.reset();
+      return nullptr;
+    }
+    for (const auto& report : manager_->trace()) {
+      step_transitions_.push_back(std::string(report.no_op ? "no-op " : "") + describe(report.action));
+    }
+    manager_->clear_trace();
+    last_snapshot_ = manager_->snapshot();
+    const auto violations = checker_.check(*last_snapshot_);
+    result_.invariant_checks = checker_.checks();
+    if (!violations.empty()) {
+      std::string message = "invariant " + violations.front().invariant + " violated: " + violations.front().detail;
+      if (current_step_ < scenario_.steps.size() && setup_done_) fail(current_step_, scenario_.steps[current_step_], message);
+      throw StepFailure{"after setup: " + message};
+    }
+    last_peaks_.clear();
+    for (const auto& location : last_snapshot_->locations) last_peaks_[location.location] = location.peak_charged_bytes;
+    setup_done_ = true;
+    return &*last_snapshot_;
+  }
+
+  void collect_faults() {
+    const auto fired = faults_->fired();
+    for (std::size_t i = fired_seen_; i < fired.size(); ++i) {
+      record_fault(fired[i].rule, to_string(fired[i].operation), fired[i].call_index, fired[i].detail);
+    }
+    fired_seen_ = fired.size();
+  }
+
+  void finish() {
+    current_step_ = scenario_.steps.size();
+    if (manager_ && !manager_->closed()) {
+      try {
+        verify({});
+      } catch (const StepFailure& failure) {
+        throw StepFailure{"final content check: " + failure.message};
+      } catch (const std::exception& error) {
+        // Values still protected or unreadable at the end are not a content failure.
+        (void)error;
+      }
+    }
+    if (last_snapshot_) {
+      for (const auto& location : last_snapshot_->locations) {
+        result_.peak_charged.emplace_back(location.location.name(), location.peak_charged_bytes);
+      }
+    }
+  }
+
+  void apply_canary() {
+    if (!scenario_.must_fail) return;
+    if (result_.verdict == "failed" && result_.failure.find(*scenario_.must_fail) != std::string::npos) {
+      result_.verdict = "passed";
+      result_.failure = "canary failed as required: " + result_.failure;
+    } else if (result_.verdict == "failed") {
+      result_.failure = "canary failed for the wrong reason (wanted '" + *scenario_.must_fail + "'): " + result_.failure;
+    } else {
+      result_.verdict = "failed";
+      result_.failure = "canary scenario passed, but it must fail with '" + *scenario_.must_fail +
+                        "': the harness no longer detects this breakage";
+    }
+  }
+
+  const Scenario& scenario_;
+  const ReplayOptions& options_;
+  ScenarioResult result_;
+  std::shared_ptr<SimulatedRuntime> simulated_;
+  std::shared_ptr<FaultInjectingRuntime> faults_;
+  std::unique_ptr<ResidencyManager> manager_;
+  // Lifetimes are declared after the manager so they are destroyed first.
+  std::map<std::string, ResidencyHandle> handles_;
+  std::map<std::string, ResidencyLease> leases_;
+  std::map<std::string, ResidencyHold> holds_;
+  std::map<std::string, ResidencyReservation> reservations_;
+  std::map<std::string, ResidencyScope> scopes_;
+  std::map<std::string, std::uint64_t> remembered_;
+  std::map<std::string, std::int64_t> loads_;
+  InvariantChecker checker_;
+  std::optional<ResidencySnapshot> last_snapshot_;
+  std::map<ResidencyLocation, std::int64_t> last_peaks_;
+  std::vector<std::string> step_transitions_;
+  std::size_t fired_seen_ = 0;
+  std::size_t current_step_ = 0;
+  bool setup_done_ = false;
+};
+
+}  // namespace
+
+ScenarioResult replay(const Scenario& scenario, const ReplayOptions& options) {
+  return Replayer(scenario, options).run();
+}
+
+}  // namespace fhelium::harness

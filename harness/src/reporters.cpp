@@ -1,0 +1,215 @@
+#include "fhelium/harness/reporters.hpp"
+
+#include <map>
+#include <sstream>
+
+#include "fhelium/harness/text_report.hpp"
+
+namespace fhelium::harness {
+
+namespace {
+
+std::string xml_escape(const std::string& text) {
+  std::string out;
+  for (const char c : text) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&apos;"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20 && c != '\n' && c != '\t') {
+          out += ' ';
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string text_summary(const ScenarioResult& result) {
+  std::ostringstream out;
+  out << result.verdict << "  " << result.name << "  (" << result.file << ")\n";
+  if (result.verdict == "skipped") {
+    out << "    skipped: " << result.failure << "\n";
+    return out.str();
+  }
+  if (result.runtime.empty()) {
+    out << "    " << result.failure << "\n";
+    return out.str();
+  }
+  out << "    steps " << result.steps_run << ", invariant checks " << result.invariant_checks << ", content checks "
+      << result.content_checks << ", seed " << result.seed << ", runtime " << result.runtime << "\n";
+  if (!result.faults.empty()) {
+    std::map<std::string, std::int64_t> by_rule;
+    for (const auto& fault : result.faults) by_rule[fault.rule + " (" + fault.operation + ")"] += 1;
+    out << "    faults fired:";
+    for (const auto& [rule, count] : by_rule) out << " " << rule << " x" << count;
+    out << "\n";
+  }
+  if (!result.error_paths.empty()) {
+    out << "    error paths reached:";
+    for (const auto& [kind, count] : result.error_paths) out << " " << kind << " x" << count;
+    out << "\n";
+  }
+  if (!result.peak_charged.empty()) {
+    out << "    peak charged:";
+    for (const auto& [location, bytes] : result.peak_charged) out << " " << location << " " << format_bytes(bytes);
+    out << "\n";
+  }
+  if (!result.failure.empty()) out << "    " << result.failure << "\n";
+  return out.str();
+}
+
+nlohmann::json to_json(const ScenarioResult& result) {
+  nlohmann::json faults = nlohmann::json::array();
+  for (const auto& fault : result.faults) {
+    faults.push_back({{"rule", fault.rule},
+                      {"operation", fault.operation},
+                      {"call_index", fault.call_index},
+                      {"step", fault.step},
+                      {"detail", fault.detail}});
+  }
+  nlohmann::json steps = nlohmann::json::array();
+  for (const auto& step : result.steps) {
+    nlohmann::json locations = nlohmann::json::object();
+    for (const auto& sample : step.locations) {
+      locations[sample.location] = {{"used_bytes", sample.used_bytes}, {"reserved_bytes", sample.reserved_bytes}};
+    }
+    steps.push_back({{"index", step.index},
+                     {"line", step.line},
+                     {"kind", step.kind},
+                     {"outcome", step.outcome},
+                     {"message", step.message},
+                     {"virtual_ns", step.virtual_ns},
+                     {"state_version", step.state_version},
+                     {"transitions", step.transitions},
+                     {"locations", locations}});
+  }
+  nlohmann::json peaks = nlohmann::json::object();
+  for (const auto& [location, bytes] : result.peak_charged) peaks[location] = bytes;
+  nlohmann::json json{{"file", result.file},
+                      {"name", result.name},
+                      {"description", result.description},
+                      {"seed", result.seed},
+                      {"runtime", result.runtime},
+                      {"verdict", result.verdict},
+                      {"failure", result.failure},
+                      {"steps_run", result.steps_run},
+                      {"invariant_checks", result.invariant_checks},
+                      {"content_checks", result.content_checks},
+                      {"faults", faults},
+                      {"error_paths", result.error_paths},
+                      {"peak_charged_bytes", peaks},
+                      {"steps", steps}};
+  if (result.failed_step) {
+    json["failed_step"] = *result.failed_step;
+    json["failed_line"] = result.failed_line;
+  }
+  return json;
+}
+
+nlohmann::json to_json(const std::vector<ScenarioResult>& results) {
+  nlohmann::json scenarios = nlohmann::json::array();
+  std::int64_t passed = 0, failed = 0, skipped = 0;
+  for (const auto& result : results) {
+    scenarios.push_back(to_json(result));
+    if (result.verdict == "passed") ++passed;
+    if (result.verdict == "failed") ++failed;
+    if (result.verdict == "skipped") ++skipped;
+  }
+  return {{"passed", passed}, {"failed", failed}, {"skipped", skipped}, {"scenarios", scenarios}};
+}
+
+std::string junit_xml(const std::vector<ScenarioResult>& results) {
+  std::int64_t failures = 0, skipped = 0;
+  for (const auto& result : results) {
+    failures += result.verdict == "failed" ? 1 : 0;
+    skipped += result.verdict == "skipped" ? 1 : 0;
+  }
+  std::ostringstream out;
+  out << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
+  out << "<testsuites name=\"residency-replay\" tests=\"" << results.size() << "\" failures=\"" << failures
+      << "\" skipped=\"" << skipped << "\">\n";
+  out << "  <testsuite name=\"scenarios\" tests=\"" << results.size() << "\" failures=\"" << failures
+      << "\" skipped=\"" << skipped << "\">\n";
+  for (const auto& result : results) {
+    out << "    <testcase classname=\"" << xml_escape(result.file) << "\" name=\"" << xml_escape(result.name) << "\">\n";
+    if (result.verdict == "failed") {
+      out << "      <failure message=\"" << xml_escape(result.failure) << "\">" << xml_escape(text_summary(result))
+          << "</failure>\n";
+    } else if (result.verdict == "skipped") {
+      out << "      <skipped message=\"" << xml_escape(result.failure) << "\"/>\n";
+    }
+    out << "      <system-out>" << xml_escape(text_summary(result)) << "</system-out>\n";
+    out << "    </testcase>\n";
+  }
+  out << "  </testsuite>\n</testsuites>\n";
+  return out.str();
+}
+
+nlohmann::json timeline(const std::vector<ScenarioResult>& results) {
+  constexpr std::int64_t step_us = 1000;
+  nlohmann::json events = nlohmann::json::array();
+  for (std::size_t process = 0; process < results.size(); ++process) {
+    const ScenarioResult& result = results[process];
+    const auto pid = static_cast<std::int64_t>(process + 1);
+    events.push_back({{"ph", "M"}, {"pid", pid}, {"name", "process_name"}, {"args", {{"name", result.name}}}});
+    events.push_back({{"ph", "M"}, {"pid", pid}, {"tid", 0}, {"name", "thread_name"}, {"args", {{"name", "steps"}}}});
+    std::map<std::string, std::int64_t> tracks;
+    const auto track = [&](const std::string& location) {
+      const auto found = tracks.find(location);
+      if (found != tracks.end()) return found->second;
+      const auto tid = static_cast<std::int64_t>(tracks.size() + 1);
+      tracks[location] = tid;
+      events.push_back(
+          {{"ph", "M"}, {"pid", pid}, {"tid", tid}, {"name", "thread_name"}, {"args", {{"name", location}}}});
+      return tid;
+    };
+    for (const auto& step : result.steps) {
+      const auto ts = static_cast<std::int64_t>(step.index) * step_us;
+      events.push_back({{"ph", "X"},
+                        {"pid", pid},
+                        {"tid", 0},
+                        {"ts", ts},
+                        {"dur", step_us},
+                        {"name", step.kind + (step.outcome == "ok" ? "" : " [" + step.outcome + "]")},
+                        {"args",
+                         {{"line", step.line},
+                          {"outcome", step.outcome},
+                          {"message", step.message},
+                          {"virtual_ns", step.virtual_ns},
+                          {"state_version", step.state_version}}}});
+      const auto width = step_us / static_cast<std::int64_t>(std::max<std::size_t>(step.transitions.size(), 1));
+      for (std::size_t i = 0; i < step.transitions.size(); ++i) {
+        const std::string& transition = step.transitions[i];
+        // Place each transition on the track of its destination (or only) location.
+        std::string location = "values";
+        for (const auto& sample : step.locations) {
+          if (transition.find(sample.location) != std::string::npos) location = sample.location;
+        }
+        events.push_back({{"ph", "X"},
+                          {"pid", pid},
+                          {"tid", track(location)},
+                          {"ts", ts + static_cast<std::int64_t>(i) * width},
+                          {"dur", width},
+                          {"name", transition}});
+      }
+      for (const auto& sample : step.locations) {
+        track(sample.location);
+        events.push_back({{"ph", "C"},
+                          {"pid", pid},
+                          {"ts", ts + step_us},
+                          {"name", sample.location},
+                          {"args", {{"used_bytes", sample.used_bytes}, {"reserved_bytes", sample.reserved_bytes}}}});
+      }
+    }
+  }
+  return {{"traceEvents", events}, {"displayTimeUnit", "ms"}};
+}
+
+}  // namespace fhelium::harness

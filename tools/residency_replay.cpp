@@ -1,0 +1,137 @@
+// residency-replay: replays scenario YAML files against the residency manager
+// and reports, per scenario, the steps run, faults fired, invariant checks,
+// peaks and verdict. Exit status 0 only when every scenario passed.
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "fhelium/harness/replay.hpp"
+#include "fhelium/harness/reporters.hpp"
+#include "fhelium/harness/scenario_loader.hpp"
+
+namespace fs = std::filesystem;
+using namespace fhelium::harness;
+
+namespace {
+
+std::vector<std::string> collect(const std::vector<std::string>& inputs) {
+  std::vector<std::string> files;
+  for (const auto& input : inputs) {
+    if (fs::is_directory(input)) {
+      std::vector<std::string> found;
+      for (const auto& entry : fs::recursive_directory_iterator(input)) {
+        const auto extension = entry.path().extension();
+        if (entry.is_regular_file() && (extension == ".yaml" || extension == ".yml")) {
+          found.push_back(entry.path().string());
+        }
+      }
+      std::sort(found.begin(), found.end());
+      files.insert(files.end(), found.begin(), found.end());
+    } else if (fs::exists(input)) {
+      files.push_back(input);
+    } else {
+      throw std::invalid_argument("no such file or directory: " + input);
+    }
+  }
+  return files;
+}
+
+// Locates the first difference between two JSON dumps, for a useful message.
+std::string first_difference(const std::string& a, const std::string& b) {
+  std::size_t at = 0;
+  while (at < a.size() && at < b.size() && a[at] == b[at]) ++at;
+  const std::size_t from = at < 60 ? 0 : at - 60;
+  return "first difference at byte " + std::to_string(at) + ": ..." + a.substr(from, 120) + "... vs ..." +
+         b.substr(from, 120) + "...";
+}
+
+ScenarioResult run_file(const std::string& file, const ReplayOptions& options, bool check_determinism) {
+  Scenario scenario;
+  try {
+    scenario = load_scenario_file(file);
+  } catch (const ScenarioError& error) {
+    ScenarioResult result;
+    result.file = file;
+    result.name = fs::path(file).stem().string();
+    result.verdict = "failed";
+    result.failure = std::string("invalid scenario: ") + error.what();
+    result.failed_line = error.line();
+    return result;
+  }
+  ScenarioResult result = replay(scenario, options);
+  if (check_determinism && result.verdict != "skipped") {
+    ReplayOptions quiet = options;
+    quiet.log = nullptr;
+    const ScenarioResult again = replay(scenario, quiet);
+    const std::string first = to_json(result).dump();
+    const std::string second = to_json(again).dump();
+    if (first != second) {
+      result.verdict = "failed";
+      result.failure = "nondeterministic: two replays with seed " + std::to_string(result.seed) +
+                       " produced different reports; " + first_difference(first, second);
+    }
+  }
+  return result;
+}
+
+void write_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  if (!out) throw std::runtime_error("cannot write " + path);
+  out << text;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Replay residency scenarios against the manager and check its guarantees"};
+  std::vector<std::string> inputs;
+  std::optional<std::uint64_t> seed;
+  std::string runtime;
+  std::string json_path, junit_path, timeline_path;
+  bool verbose = false, check_determinism = false;
+  app.add_option("inputs", inputs, "Scenario files or directories (searched for *.yaml)")->required();
+  app.add_option("--seed", seed, "Seed for fault rules and generated behaviour (overrides each scenario's)");
+  app.add_option("--runtime", runtime, "Device runtime: simulated or torch (overrides each scenario's)")
+      ->check(CLI::IsMember({"simulated", "torch"}));
+  app.add_option("--json", json_path, "Write the machine-readable report to FILE");
+  app.add_option("--junit", junit_path, "Write JUnit XML to FILE");
+  app.add_option("--timeline", timeline_path, "Write a Chrome trace-event timeline (Perfetto) to FILE");
+  app.add_flag("--verbose,-v", verbose, "Log every step");
+  app.add_flag("--check-determinism", check_determinism, "Replay each scenario twice and fail on any difference");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    const std::vector<std::string> files = collect(inputs);
+    if (files.empty()) {
+      std::cerr << "residency-replay: no scenario files found\n";
+      return 2;
+    }
+    ReplayOptions options;
+    options.seed = seed;
+    if (!runtime.empty()) options.runtime = runtime;
+    if (verbose) options.log = [](const std::string& line) { std::cout << line << '\n'; };
+
+    std::vector<ScenarioResult> results;
+    std::size_t passed = 0, failed = 0, skipped = 0;
+    for (std::size_t i = 0; i < files.size(); ++i) {
+      if (verbose) std::cout << "[" << i + 1 << "/" << files.size() << "] " << files[i] << '\n';
+      results.push_back(run_file(files[i], options, check_determinism));
+      const ScenarioResult& result = results.back();
+      passed += result.verdict == "passed";
+      failed += result.verdict == "failed";
+      skipped += result.verdict == "skipped";
+      std::cout << "[" << i + 1 << "/" << files.size() << "] " << text_summary(result) << std::flush;
+    }
+    if (!json_path.empty()) write_file(json_path, to_json(results).dump(2) + "\n");
+    if (!junit_path.empty()) write_file(junit_path, junit_xml(results));
+    if (!timeline_path.empty()) write_file(timeline_path, timeline(results).dump() + "\n");
+    std::cout << "\nresidency-replay: " << passed << " passed, " << failed << " failed, " << skipped << " skipped\n";
+    return failed == 0 ? 0 : 1;
+  } catch (const std::exception& error) {
+    std::cerr << "residency-replay: " << error.what() << '\n';
+    return 2;
+  }
+}
