@@ -82,7 +82,7 @@ const std::map<std::string, StepKind>& step_kinds() {
   return kinds;
 }
 
-const std::set<std::string> error_kinds{"none",      "any",         "budget",          "handle",       "unavailable",
+const std::set<std::string> error_kinds{"none",      "any",         "maybe",         "budget",          "handle",       "unavailable",
                                         "in_use",    "ownership",   "materialization", "plan",         "stale",
                                         "plan_execution", "reentrancy", "lifetime_closed", "closed",
                                         "invalid_argument", "out_of_memory", "device", "runtime", "logic"};

@@ -69,7 +69,7 @@ struct LocationExpect {
 };
 
 struct Expectation {
-  std::optional<std::string> error;           // error kind, or "none"
+  std::optional<std::string> error;           // error kind, "none", "any" (must fail) or "maybe"
   std::optional<std::string> message;         // substring of the error message
   std::optional<bool> injected;               // the error (or its cause) came from a fault rule
   std::optional<bool> no_op;
