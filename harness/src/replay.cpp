@@ -376,7 +376,15 @@ class Replayer {
     } catch (...) {
       outcome.error = classify(std::current_exception());
     }
-    if (outcome.error) result_.error_paths[outcome.error->kind] += 1;
+    if (outcome.error) {
+      result_.error_paths[outcome.error->kind] += 1;
+      // Manager ids are process-wide counters; keep reports identical across replays.
+      std::string& message = outcome.error->message;
+      const std::string& id = manager_->manager_id();
+      for (auto at = message.find(id); at != std::string::npos; at = message.find(id, at)) {
+        message.replace(at, id.size(), "manager");
+      }
+    }
     check_outcome(index, step, outcome);
     const ResidencySnapshot* snapshot = after_operation();
     StepRecord record{index, step.line, to_string(step.kind)};

@@ -1,6 +1,8 @@
 // Plan execution: execute_actions and scope entry/exit. Plans are preflighted
 // as a whole, then executed without rollback; a runtime failure becomes a
 // ResidencyPlanExecutionError carrying the committed prefix and the cause.
+#include <c10/util/Exception.h>
+
 #include <stdexcept>
 
 #include "detail/manager_core.hpp"
@@ -19,6 +21,8 @@ void require_plan_name(const std::string& name) {
 std::string current_error_text() {
   try {
     throw;
+  } catch (const c10::Error& error) {
+    return error.what_without_backtrace();  // the backtrace belongs in logs, not in messages
   } catch (const std::exception& error) {
     return error.what();
   } catch (...) {
