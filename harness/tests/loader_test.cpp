@@ -1,0 +1,127 @@
+// Scenario loading: sizes, the typed model, and located errors for bad files.
+#include <gtest/gtest.h>
+
+#include "fhelium/harness/scenario_loader.hpp"
+
+namespace fhelium::harness {
+namespace {
+
+using residency::cuda_location;
+using residency::PINNED_HOST;
+
+TEST(ParseSize, AcceptsUnitsAndRejectsGarbage) {
+  EXPECT_EQ(parse_size("4096"), 4096);
+  EXPECT_EQ(parse_size("4KiB"), 4096);
+  EXPECT_EQ(parse_size("1.5MiB"), 1572864);
+  EXPECT_EQ(parse_size("2GB"), 2000000000);
+  EXPECT_EQ(parse_size("10 B"), 10);
+  for (const char* bad : {"", "KiB", "4KB1", "1.3B", "-4", "4 TiB", "1e3", "0x10"}) {
+    EXPECT_THROW(parse_size(bad), std::invalid_argument) << bad;
+  }
+}
+
+TEST(Loader, BuildsTheTypedModel) {
+  const Scenario scenario = parse_scenario(R"(
+name: demo
+seed: 9
+manager: {budgets: {cuda:0: 1MiB}, trace_capacity: 8}
+runtime: {cuda_devices: 1, capacity: {cuda:0: 2MiB}, copy_ns_per_mib: 5}
+faults:
+  - {name: oom, operation: copy, location: cuda:0, nth: 2}
+values:
+  w: {bytes: 4KiB, dtype: float16, mode: replicable, adopt_at: pinned-host}
+  s: {elements: 8, source_at: pageable-host, fail_on_load: 1}
+plans:
+  p:
+    reservations: [{at: cuda:0, bytes: 1KiB, label: ws}]
+    enter: [{move: {value: w, to: cuda:0, from: pinned-host}}]
+steps:
+  - acquire: {values: [w], at: pinned-host, as: read}
+  - release: {lease: read, wait: true}
+  - execute: {actions: [{drop: {value: w, at: cuda:0}}]}
+    expect: {error: plan, locations: {cuda:0: {remaining: none, used: 1KiB}}}
+    remember_version: v
+  - explain: {plan: p, expected_version: v}
+    expect: {feasible: true, predicted_peak: {cuda:0: 5KiB}}
+  - work: {stream: {device: 0, id: 3}, ns: never}
+)", "inline.yaml");
+  EXPECT_EQ(scenario.name, "demo");
+  EXPECT_EQ(scenario.seed, 9u);
+  EXPECT_EQ(scenario.budgets.at(cuda_location(0)), 1 << 20);
+  EXPECT_EQ(scenario.trace_capacity, 8);
+  EXPECT_EQ(scenario.cuda_devices, 1);
+  EXPECT_EQ(scenario.copy_ns_per_mib, 5);
+  ASSERT_EQ(scenario.faults.size(), 1u);
+  EXPECT_EQ(scenario.faults[0].nth, 2);
+  ASSERT_EQ(scenario.values.size(), 2u);
+  EXPECT_EQ(scenario.values[0].elements, 2048);
+  EXPECT_EQ(scenario.values[0].at, PINNED_HOST);
+  EXPECT_TRUE(scenario.values[1].source);
+  ASSERT_EQ(scenario.plans.size(), 1u);
+  EXPECT_EQ(scenario.plans[0].enter[0].from, PINNED_HOST);
+  ASSERT_EQ(scenario.steps.size(), 5u);
+  EXPECT_EQ(scenario.steps[0].kind, StepKind::acquire);
+  EXPECT_EQ(scenario.steps[0].line, 16);
+  EXPECT_TRUE(scenario.steps[1].wait);
+  const Expectation& expect = scenario.steps[2].expect;
+  EXPECT_EQ(expect.error, "plan");
+  ASSERT_TRUE(expect.locations.at(cuda_location(0)).remaining.has_value());
+  EXPECT_FALSE(expect.locations.at(cuda_location(0)).remaining->has_value());
+  EXPECT_EQ(scenario.steps[2].remember_version, "v");
+  EXPECT_EQ(scenario.steps[3].expected_version_ref, "v");
+  EXPECT_EQ(scenario.steps[4].ns, std::numeric_limits<std::int64_t>::max());
+}
+
+struct BadFile {
+  const char* text;
+  int line;
+  int column;
+  const char* message;
+};
+
+TEST(Loader, NamesFileLineAndColumnOfEveryMistake) {
+  const BadFile cases[] = {
+      {"name: x\nsteps: []\ncolour: red\n", 3, 1, "unknown key 'colour' in scenario"},
+      {"name: x\nvalues:\n  a: {bytes: 4KB1, adopt_at: pageable-host}\nsteps: []\n", 3, 14, "malformed size '4KB1'"},
+      {"name: x\nvalues:\n  a: {bytes: 4, adopt_at: gpu:0}\nsteps: []\n", 3, 27, "invalid residency location 'gpu:0'"},
+      {"name: x\nvalues:\n  a: {bytes: 4, adopt_at: pageable-host}\nsteps:\n  - move: {value: b, to: cuda:0}\n", 5,
+       19, "unknown value 'b'"},
+      {"name: x\nsteps:\n  - release: {lease: nope}\n", 3, 22, "no earlier lease 'nope'"},
+      {"name: x\nsteps:\n  - teleport: {}\n", 3, 5, "unknown step 'teleport'"},
+      {"name: x\nsteps:\n  - snapshot: {}\n    expect: {error: kaboom}\n", 4, 21, "unknown error kind 'kaboom'"},
+      {"name: x\nsteps: [\n", 3, 1, "malformed YAML"},
+      {"name: x\nfaults:\n  - {name: f, operation: malloc}\nsteps: []\n", 3, 26, "unknown fault operation 'malloc'"},
+      {"name: x\nfaults:\n  - {name: f, operation: copy, effect: delay, delay_ns: 5}\nsteps: []\n", 3, 5,
+       "applies only to record_event"},
+      {"name: x\nvalues:\n  a: {bytes: 4, adopt_at: pageable-host}\n  a: {bytes: 4, adopt_at: pageable-host}\nsteps: []\n",
+       4, 3, "duplicate value 'a'"},
+      {"name: x\nvalues:\n  a: {adopt_at: pageable-host}\nsteps: []\n", 3, 6, "exactly one of 'elements' and 'bytes'"},
+      {"name: x\nsteps:\n  - hold: {values: [], at: cuda:0, as: h}\n  - reserve: {at: cuda:0, bytes: 1, label: l, as: h}\n",
+       4, 51, "already used by a hold"},
+      {"name: x\nsteps:\n  - advance: {ns: -5}\n", 3, 19, "must be non-negative"},
+      {"steps: []\n", 1, 1, "scenario needs 'name'"},
+  };
+  for (const auto& bad : cases) {
+    try {
+      parse_scenario(bad.text, "bad.yaml");
+      ADD_FAILURE() << "accepted: " << bad.text;
+    } catch (const ScenarioError& error) {
+      EXPECT_EQ(error.file(), "bad.yaml");
+      EXPECT_EQ(error.line(), bad.line) << error.what();
+      EXPECT_EQ(error.column(), bad.column) << error.what();
+      EXPECT_NE(std::string(error.what()).find(bad.message), std::string::npos) << error.what();
+    }
+  }
+}
+
+TEST(Loader, ReportsMissingFiles) {
+  try {
+    load_scenario_file("/nonexistent/scenario.yaml");
+    FAIL();
+  } catch (const ScenarioError& error) {
+    EXPECT_NE(std::string(error.what()).find("cannot open"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace fhelium::harness
