@@ -82,6 +82,9 @@ const std::map<std::string, StepKind>& step_kinds() {
   return kinds;
 }
 
+const std::map<std::string, std::int64_t> dtype_bytes{{"float32", 4}, {"float64", 8}, {"float16", 2},
+                                                      {"int64", 8},   {"int32", 4},   {"uint8", 1}};
+
 const std::set<std::string> error_kinds{"none",      "any",         "maybe",         "budget",          "handle",       "unavailable",
                                         "in_use",    "ownership",   "materialization", "plan",         "stale",
                                         "plan_execution", "reentrancy", "lifetime_closed", "closed",
@@ -317,8 +320,6 @@ class ScenarioParser {
 
   void parse_values(const YAML::Node& node) {
     reader_.require_map(node, "values");
-    static const std::map<std::string, std::int64_t> dtype_bytes{{"float32", 4}, {"float64", 8}, {"float16", 2},
-                                                                 {"int64", 8},   {"int32", 4},   {"uint8", 1}};
     for (const auto& entry : node) {
       ValueDecl value;
       value.name = reader_.name(entry.first, "value name");
@@ -329,51 +330,71 @@ class ScenarioParser {
       reader_.require_keys(spec, what,
                            {"type", "elements", "bytes", "dtype", "mode", "adopt_at", "source_at", "deferred",
                             "fail_on_load", "wrong"});
-      if (spec["type"]) value.type_name = reader_.name(spec["type"], what + " type");
-      if (spec["dtype"]) {
-        value.dtype = reader_.text(spec["dtype"], what + " dtype");
-        if (dtype_bytes.count(value.dtype) == 0) {
-          reader_.fail(spec["dtype"], what + " dtype must be float32, float64, float16, int64, int32 or uint8");
-        }
-      }
-      if (spec["elements"].IsDefined() == spec["bytes"].IsDefined()) {
-        reader_.fail(spec, what + " needs exactly one of 'elements' and 'bytes'");
-      }
-      if (spec["elements"]) {
-        value.elements = reader_.count(spec["elements"], what + " elements");
-      } else {
-        const std::int64_t bytes = reader_.size(spec["bytes"], what + " bytes");
-        const std::int64_t element = dtype_bytes.at(value.dtype);
-        if (bytes % element != 0) reader_.fail(spec["bytes"], what + " bytes must be a multiple of its dtype size");
-        value.elements = bytes / element;
-      }
-      if (spec["mode"]) {
-        const std::string mode = reader_.text(spec["mode"], what + " mode");
-        if (mode != "exclusive" && mode != "replicable") {
-          reader_.fail(spec["mode"], what + " mode must be exclusive or replicable, got '" + mode + "'");
-        }
-        value.mode = mode == "exclusive" ? residency::ReplicaMode::exclusive : residency::ReplicaMode::replicable;
-      }
       if (spec["adopt_at"].IsDefined() == spec["source_at"].IsDefined()) {
         reader_.fail(spec, what + " needs exactly one of 'adopt_at' and 'source_at'");
       }
       value.source = spec["source_at"].IsDefined();
       value.at = reader_.location(value.source ? spec["source_at"] : spec["adopt_at"], what + " location");
       if (spec["deferred"]) value.deferred = reader_.boolean(spec["deferred"], what + " deferred");
-      if (!value.source && (spec["fail_on_load"] || spec["wrong"])) {
-        reader_.fail(spec, what + ": fail_on_load and wrong apply only to values with source_at");
-      }
-      if (spec["fail_on_load"]) {
-        value.fail_on_load = reader_.integer(spec["fail_on_load"], what + " fail_on_load");
-        if (*value.fail_on_load < 1) reader_.fail(spec["fail_on_load"], what + " fail_on_load must be at least 1");
-      }
-      if (spec["wrong"]) {
-        value.wrong = reader_.text(spec["wrong"], what + " wrong");
-        if (*value.wrong != "size" && *value.wrong != "type" && *value.wrong != "location") {
-          reader_.fail(spec["wrong"], what + " wrong must be size, type or location");
-        }
-      }
+      parse_value_spec(spec, what, value);
       scenario_.values.push_back(value);
+    }
+  }
+
+  // An adopt/register_source step that carries its own declaration.
+  void declare_inline(const YAML::Node& args, bool source, const std::string& what) {
+    ValueDecl value;
+    const YAML::Node name = reader_.required(args, "value", what);
+    value.name = reader_.name(name, what + " value");
+    value.line = line_of(name);
+    if (scenario_.find_value(value.name) != nullptr) {
+      reader_.fail(name, what + " declares value '" + value.name + "', which is already declared");
+    }
+    value.source = source;
+    value.deferred = true;
+    value.at = reader_.location(reader_.required(args, "at", what), what + " at");
+    parse_value_spec(args, what + " value '" + value.name + "'", value);
+    scenario_.values.push_back(value);
+  }
+
+  void parse_value_spec(const YAML::Node& spec, const std::string& what, ValueDecl& value) {
+    if (spec["type"]) value.type_name = reader_.name(spec["type"], what + " type");
+    if (spec["dtype"]) {
+      value.dtype = reader_.text(spec["dtype"], what + " dtype");
+      if (dtype_bytes.count(value.dtype) == 0) {
+        reader_.fail(spec["dtype"], what + " dtype must be float32, float64, float16, int64, int32 or uint8");
+      }
+    }
+    if (spec["elements"].IsDefined() == spec["bytes"].IsDefined()) {
+      reader_.fail(spec, what + " needs exactly one of 'elements' and 'bytes'");
+    }
+    if (spec["elements"]) {
+      value.elements = reader_.count(spec["elements"], what + " elements");
+    } else {
+      const std::int64_t bytes = reader_.size(spec["bytes"], what + " bytes");
+      const std::int64_t element = dtype_bytes.at(value.dtype);
+      if (bytes % element != 0) reader_.fail(spec["bytes"], what + " bytes must be a multiple of its dtype size");
+      value.elements = bytes / element;
+    }
+    if (spec["mode"]) {
+      const std::string mode = reader_.text(spec["mode"], what + " mode");
+      if (mode != "exclusive" && mode != "replicable") {
+        reader_.fail(spec["mode"], what + " mode must be exclusive or replicable, got '" + mode + "'");
+      }
+      value.mode = mode == "exclusive" ? residency::ReplicaMode::exclusive : residency::ReplicaMode::replicable;
+    }
+    if (!value.source && (spec["fail_on_load"] || spec["wrong"])) {
+      reader_.fail(spec, what + ": fail_on_load and wrong apply only to values with source_at");
+    }
+    if (spec["fail_on_load"]) {
+      value.fail_on_load = reader_.integer(spec["fail_on_load"], what + " fail_on_load");
+      if (*value.fail_on_load < 1) reader_.fail(spec["fail_on_load"], what + " fail_on_load must be at least 1");
+    }
+    if (spec["wrong"]) {
+      value.wrong = reader_.text(spec["wrong"], what + " wrong");
+      if (*value.wrong != "size" && *value.wrong != "type" && *value.wrong != "location") {
+        reader_.fail(spec["wrong"], what + " wrong must be size, type or location");
+      }
     }
   }
 
@@ -599,7 +620,8 @@ class ScenarioParser {
     switch (step.kind) {
       case StepKind::adopt:
       case StepKind::register_source: {
-        reader_.require_keys(args, what, {"value"});
+        reader_.require_keys(args, what, {"value", "bytes", "elements", "dtype", "type", "mode", "at", "fail_on_load", "wrong"});
+        if (args.size() > 1) declare_inline(args, step.kind == StepKind::register_source, what);
         step.value = value_ref(reader_.required(args, "value", what), what + " value");
         const ValueDecl& value = *scenario_.find_value(step.value);
         if (!value.deferred) reader_.fail(args, what + ": value '" + step.value + "' is not declared deferred");
