@@ -1,0 +1,592 @@
+// Model-based properties: random command sequences run against the manager
+// and the reference model side by side. After every command the outcome
+// (success, no-op or error kind) must match the model's prediction, the
+// snapshot must equal the model, and every invariant must hold. Commands
+// cover every public operation, lifetimes, virtual time, and armed faults.
+#include <gtest/gtest.h>
+#include <rapidcheck.h>
+#include <rapidcheck/gtest.h>
+#include <rapidcheck/state.h>
+
+#include "system.hpp"
+
+namespace fhelium::property {
+namespace {
+
+using namespace residency;
+using Command = rc::state::Command<Model, System>;
+
+constexpr std::int64_t KiB = 1024;
+
+rc::Gen<ResidencyLocation> location_gen() { return rc::gen::elementOf(all_locations()); }
+rc::Gen<std::int64_t> charge_gen() { return rc::gen::element<std::int64_t>(1 * KiB, 2 * KiB, 4 * KiB); }
+
+std::optional<c10::Stream> consumer_stream(const ResidencyLocation& location) {
+  if (!location.is_cuda()) return std::nullopt;
+  return c10::Stream(c10::Stream::UNSAFE, location.device(), 1);
+}
+
+std::string stream_yaml(const ResidencyLocation& location) {
+  return location.is_cuda() ? ", stream: {device: " + std::to_string(location.cuda_index()) + ", id: 1}" : "";
+}
+
+// Runs `perform` on the system, compares its outcome with `predicted`, logs the
+// step for the reproducer, then checks the snapshot against `after`.
+template <class F>
+void verify(System& system, const std::string& step, const std::string& predicted, const Model& after, F&& perform,
+            bool version_must_hold = false) {
+  const std::uint64_t version = system.last_version;
+  const std::string actual = outcome_of(std::forward<F>(perform));
+  system.log(step, predicted);
+  const std::string normalized = actual == "ok" && predicted == "no-op" ? "no-op" : actual;
+  if (normalized != predicted) system.fail(step + ": manager said " + actual + ", model predicted " + predicted);
+  system.check_against(after);
+  if (version_must_hold && system.last_version != version) {
+    system.fail(step + ": a failed or no-op call changed state_version from " + std::to_string(version) + " to " +
+                std::to_string(system.last_version));
+  }
+}
+
+struct Adopt : Command {
+  std::int64_t charge = *charge_gen();
+  ResidencyLocation at = *rc::gen::element(PAGEABLE_HOST, PINNED_HOST, cuda_location(0), cuda_location(1));
+  bool exclusive = *rc::gen::arbitrary<bool>();
+
+  std::string predict(Model& model) const { return model.adopt(charge, at, exclusive); }
+  void apply(Model& model) const override {
+    predict(model);
+    model.reap();
+  }
+  void run(const Model& before, System& system) const override {
+    Model after = before;
+    const std::string predicted = predict(after);
+    after.reap();
+    const std::size_t index = before.values.size();
+    system.values_yaml.push_back("  v" + std::to_string(index) + ": {bytes: " + std::to_string(charge) +
+                                 ", adopt_at: " + at.name() + ", mode: " + (exclusive ? "exclusive" : "replicable") +
+                                 ", deferred: true}");
+    const std::string step = "adopt: {value: v" + std::to_string(index) + "}";
+    verify(system, step, predicted, after, [&] {
+      system.handles.push_back(system.manager->adopt(system.placed(System::contents(index, charge), at), at,
+                                                     exclusive ? ReplicaMode::exclusive : ReplicaMode::replicable));
+    });
+  }
+  void show(std::ostream& os) const override { os << "adopt " << charge << " at " << at.name(); }
+};
+
+struct RegisterSource : Command {
+  std::int64_t charge = *charge_gen();
+  ResidencyLocation at = *rc::gen::element(PAGEABLE_HOST, PINNED_HOST);
+  bool exclusive = *rc::gen::arbitrary<bool>();
+  bool flaky = *rc::gen::weightedElement<bool>({{3, false}, {1, true}});
+
+  void apply(Model& model) const override { model.register_source(charge, at, exclusive, flaky); }
+  void run(const Model& before, System& system) const override {
+    Model after = before;
+    after.register_source(charge, at, exclusive, flaky);
+    after.reap();
+    const std::size_t index = before.values.size();
+    system.values_yaml.push_back("  v" + std::to_string(index) + ": {bytes: " + std::to_string(charge) +
+                                 ", source_at: " + at.name() + ", mode: " + (exclusive ? "exclusive" : "replicable") +
+                                 (flaky ? ", fail_on_load: 1" : "") + ", deferred: true}");
+    const std::string step = "register_source: {value: v" + std::to_string(index) + "}";
+    verify(system, step, "ok", after, [&] {
+      auto loads = std::make_shared<int>(0);
+      System* owner = &system;
+      const ResidencyValueSpec spec("Tensor", charge, charge,
+                                    exclusive ? ReplicaMode::exclusive : ReplicaMode::replicable,
+                                    Recoverability::reconstructible);
+      system.handles.push_back(system.manager->register_source(
+          spec,
+          [owner, loads, index, bytes = charge, where = at, fails = flaky]() -> ResidentValue {
+            if (++*loads == 1 && fails) throw std::runtime_error("source load fails");
+            return owner->placed(System::contents(index, bytes), where);
+          },
+          at));
+    });
+  }
+  void show(std::ostream& os) const override { os << "register_source " << charge << " at " << at.name(); }
+};
+
+// Mostly a location where `value` is resident, so that protections, sources and
+// replicas interact; otherwise any location.
+ResidencyLocation location_for(const Model& model, std::size_t value) {
+  if (value < model.values.size() && !model.values[value].at.empty() &&
+      *rc::gen::weightedElement<bool>({{2, true}, {1, false}})) {
+    return *rc::gen::elementOf(model.values[value].at);
+  }
+  return *location_gen();
+}
+
+Primitive primitive_gen(const Model& model) {
+  Primitive primitive;
+  primitive.kind = *rc::gen::element(PrimitiveKind::ensure, PrimitiveKind::move, PrimitiveKind::move,
+                                     PrimitiveKind::drop, PrimitiveKind::drop, PrimitiveKind::discard);
+  // Mostly existing values; sometimes one the manager never issued.
+  primitive.value = *rc::gen::weightedElement<bool>({{12, true}, {1, false}}) && !model.values.empty()
+                        ? *rc::gen::inRange<std::size_t>(0, model.values.size())
+                        : model.values.size();
+  const bool removal = primitive.kind == PrimitiveKind::drop;
+  primitive.location = removal ? location_for(model, primitive.value) : *location_gen();
+  if (primitive.kind == PrimitiveKind::move && *rc::gen::weightedElement<bool>({{2, false}, {1, true}})) {
+    primitive.from = location_for(model, primitive.value);
+  }
+  return primitive;
+}
+
+struct RunPrimitive : Command {
+  Primitive primitive;
+  explicit RunPrimitive(const Model& model) : primitive(primitive_gen(model)) {}
+
+  void apply(Model& model) const override {
+    model.apply(primitive);
+    model.reap();
+  }
+  void run(const Model& before, System& system) const override {
+    Model after = before;
+    const std::string predicted = after.apply(primitive);
+    after.reap();
+    std::string step = yaml_primitive(primitive);
+    step = step.substr(1, step.size() - 2);  // a step, not an action list entry
+    const ResidencyHandle handle = system.handle(primitive.value);
+    verify(system, step, predicted, after, [&] {
+      switch (primitive.kind) {
+        case PrimitiveKind::ensure: system.manager->ensure(handle, primitive.location); break;
+        case PrimitiveKind::move: system.manager->move(handle, primitive.location, primitive.from); break;
+        case PrimitiveKind::drop: system.manager->drop(handle, primitive.location); break;
+        case PrimitiveKind::discard: system.manager->discard(handle); break;
+      }
+    }, predicted != "ok");
+  }
+  void show(std::ostream& os) const override { os << yaml_primitive(primitive); }
+};
+
+std::vector<std::size_t> some_values(const Model& model) {
+  RC_PRE(!model.values.empty());
+  const auto first = *rc::gen::inRange<std::size_t>(0, model.values.size());
+  if (model.values.size() == 1 || *rc::gen::arbitrary<bool>()) return {first};
+  auto second = *rc::gen::inRange<std::size_t>(0, model.values.size());
+  if (second == first) second = (first + 1) % model.values.size();
+  return {first, second};
+}
+
+std::string values_yaml(const std::vector<std::size_t>& values) {
+  std::string out = "[";
+  for (const auto value : values) out += (out.size() > 1 ? ", v" : "v") + std::to_string(value);
+  return out + "]";
+}
+
+struct Acquire : Command {
+  std::vector<std::size_t> values;
+  ResidencyLocation at;
+  explicit Acquire(const Model& model) : values(some_values(model)), at(location_for(model, values.front())) {}
+
+  void apply(Model& model) const override {
+    std::size_t id = 0;
+    model.acquire(values, at, id);
+    model.reap();
+  }
+  void run(const Model& before, System& system) const override {
+    Model after = before;
+    std::size_t id = 0;
+    const std::string predicted = after.acquire(values, at, id);
+    after.reap();
+    const std::string name = system.name_lifetime("lease");
+    const std::string step = "acquire: {values: " + values_yaml(values) + ", at: " + at.name() + stream_yaml(at) +
+                             ", as: " + name + "}";
+    verify(system, step, predicted, after, [&] {
+      std::vector<ResidencyHandle> handles;
+      for (const auto value : values) handles.push_back(system.handle(value));
+      auto lease = system.manager->acquire(handles, at, consumer_stream(at));
+      for (const auto value : values) {
+        const ResidentValue read = lease.value(system.handle(value));
+        const ResidentValue expected = System::contents(value, before.values[value].charge);
+        if (!read.field("data").equal(expected.field("data"))) system.fail("contents of v" + std::to_string(value) + " changed");
+      }
+      system.leases.emplace(id, std::move(lease));
+      system.lifetime_names[id] = name;
+    });
+  }
+  void show(std::ostream& os) const override { os << "acquire " << values_yaml(values) << " at " << at.name(); }
+};
+
+std::size_t pick(const std::vector<std::size_t>& ids) {
+  RC_PRE(!ids.empty());
+  return *rc::gen::elementOf(ids);
+}
+
+struct ReleaseLease : Command {
+  std::size_t id;
+  bool wait = *rc::gen::arbitrary<bool>();
+  explicit ReleaseLease(const Model& model) : id(pick([&] {
+    std::vector<std::size_t> active;
+    for (const auto& [lease, record] : model.leases) {
+      if (!record.pending) active.push_back(lease);
+    }
+    return active;
+  }())) {}
+
+  void checkPreconditions(const Model& model) const override {
+    RC_PRE(model.leases.count(id) == 1 && !model.leases.at(id).pending);
+  }
+  void apply(Model& model) const override {
+    model.release_lease(id, wait);
+    model.reap();
+  }
+  void run(const Model& before, System& system) const override {
+    Model after = before;
+    after.release_lease(id, wait);
+    after.reap();
+    const std::string step = "release: {lease: " + system.lifetime_names.at(id) + (wait ? ", wait: true" : "") + "}";
+    verify(system, step, "ok", after, [&] { system.leases.at(id).release(wait); });
+  }
+  void show(std::ostream& os) const override { os << "release lease" << id << (wait ? " wait" : ""); }
+};
+
+struct Hold : Command {
+  std::vector<std::size_t> values;
+  ResidencyLocation at;
+  explicit Hold(const Model& model) : values(some_values(model)), at(location_for(model, values.front())) {}
+
+  void apply(Model& model) const override {
+    std::size_t id = 0;
+    model.hold(values, at, id);
+    model.reap();
+  }
+  void run(const Model& before, System& system) const override {
+    Model after = before;
+    std::size_t id = 0;
+    const std::string predicted = after.hold(values, at, id);
+    after.reap();
+    const std::string name = system.name_lifetime("hold");
+    const std::string step = "hold: {values: " + values_yaml(values) + ", at: " + at.name() + ", as: " + name + "}";
+    verify(system, step, predicted, after, [&] {
+      std::vector<ResidencyHandle> handles;
+      for (const auto value : values) handles.push_back(system.handle(value));
+      system.holds.emplace(id, system.manager->hold(handles, at));
+      system.lifetime_names[id] = name;
+    });
+  }
+  void show(std::ostream& os) const override { os << "hold " << values_yaml(values) << " at " << at.name(); }
+};
+
+struct ReleaseHold : Command {
+  std::size_t id;
+  explicit ReleaseHold(const Model& model) : id(pick([&] {
+    std::vector<std::size_t> ids;
+    for (const auto& [hold, record] : model.holds) ids.push_back(hold);
+    return ids;
+  }())) {}
+  void checkPreconditions(const Model& model) const override { RC_PRE(model.holds.count(id) == 1); }
+  void apply(Model& model) const override { model.release_hold(id); }
+  void run(const Model& before, System& system) const override {
+    Model after = before;
+    after.release_hold(id);
+    after.reap();
+    verify(system, "release: {hold: " + system.lifetime_names.at(id) + "}", "ok", after,
+           [&] { system.holds.at(id).release(); });
+  }
+  void show(std::ostream& os) const override { os << "release hold" << id; }
+};
+
+struct Reserve : Command {
+  ResidencyLocation at = *location_gen();
+  std::int64_t bytes = *rc::gen::element<std::int64_t>(0, 1 * KiB, 4 * KiB, 8 * KiB);
+
+  void apply(Model& model) const override {
+    std::size_t id = 0;
+    model.reserve(at, bytes, id);
+    model.reap();
+  }
+  void run(const Model& before, System& system) const override {
+    Model after = before;
+    std::size_t id = 0;
+    const std::string predicted = after.reserve(at, bytes, id);
+    after.reap();
+    const std::string name = system.name_lifetime("reservation");
+    const std::string step = "reserve: {at: " + at.name() + ", bytes: " + std::to_string(bytes) +
+                             ", label: r, as: " + name + "}";
+    verify(system, step, predicted, after, [&] {
+      system.reservations.emplace(id, system.manager->reserve(at, bytes, "r"));
+      system.lifetime_names[id] = name;
+    }, predicted != "ok");
+  }
+  void show(std::ostream& os) const override { os << "reserve " << bytes << " at " << at.name(); }
+};
+
+struct ReleaseReservation : Command {
+  std::size_t id;
+  explicit ReleaseReservation(const Model& model) : id(pick([&] {
+    std::vector<std::size_t> ids;
+    for (const auto& [reservation, record] : model.reservations) ids.push_back(reservation);
+    return ids;
+  }())) {}
+  void checkPreconditions(const Model& model) const override { RC_PRE(model.reservations.count(id) == 1); }
+  void apply(Model& model) const override { model.release_reservation(id); }
+  void run(const Model& before, System& system) const override {
+    Model after = before;
+    after.release_reservation(id);
+    after.reap();
+    verify(system, "release: {reservation: " + system.lifetime_names.at(id) + "}", "ok", after,
+           [&] { system.reservations.at(id).release(); });
+  }
+  void show(std::ostream& os) const override { os << "release reservation" << id; }
+};
+
+struct Work : Command {
+  int device = *rc::gen::inRange(0, 2);
+  std::int64_t ns = *rc::gen::element<std::int64_t>(10, 100, 1000);
+  void apply(Model& model) const override { model.work(device, ns); }
+  void run(const Model& before, System& system) const override {
+    Model after = before;
+    after.work(device, ns);
+    after.reap();
+    const std::string step = "work: {stream: {device: " + std::to_string(device) + ", id: 1}, ns: " +
+                             std::to_string(ns) + "}";
+    verify(system, step, "ok", after, [&] { system.simulated->enqueue(system.simulated->stream(device, 1), ns); });
+  }
+  void show(std::ostream& os) const override { os << "work " << ns << " on cuda:" << device; }
+};
+
+struct Advance : Command {
+  std::int64_t ns = *rc::gen::element<std::int64_t>(1, 50, 500, 2000);
+  void apply(Model& model) const override {
+    model.advance(ns);
+    model.reap();
+  }
+  void run(const Model& before, System& system) const override {
+    Model after = before;
+    after.advance(ns);
+    after.reap();
+    verify(system, "advance: {ns: " + std::to_string(ns) + "}", "ok", after, [&] { system.simulated->advance(ns); });
+  }
+  void show(std::ostream& os) const override { os << "advance " << ns; }
+};
+
+struct ArmFault : Command {
+  bool copy = *rc::gen::arbitrary<bool>();
+  void checkPreconditions(const Model& model) const override {
+    RC_PRE(!(copy ? model.copy_fault_armed : model.record_fault_armed));
+  }
+  void apply(Model& model) const override { (copy ? model.copy_fault_armed : model.record_fault_armed) = true; }
+  void run(const Model& before, System& system) const override {
+    Model after = before;
+    apply(after);
+    after.reap();
+    harness::FaultRule rule;
+    rule.name = (copy ? "copy-" : "record-") + std::to_string(system.fault_rules++);
+    rule.operation = copy ? harness::FaultOperation::copy : harness::FaultOperation::record_event;
+    rule.max_fires = 1;
+    const std::string step = "arm: {name: " + rule.name + ", operation: " + harness::to_string(rule.operation) +
+                             ", max_fires: 1}";
+    verify(system, step, "ok", after, [&] { system.faults->add_rule(rule); });
+  }
+  void show(std::ostream& os) const override { os << "arm " << (copy ? "copy" : "record_event") << " fault"; }
+};
+
+std::vector<Primitive> primitives_gen(const Model& model) {
+  const auto count = *rc::gen::inRange(1, 5);
+  std::vector<Primitive> result;
+  for (int i = 0; i < count; ++i) result.push_back(primitive_gen(model));
+  return result;
+}
+
+std::vector<ResidencyAction> actions_of(const System& system, const std::vector<Primitive>& primitives) {
+  std::vector<ResidencyAction> actions;
+  for (const auto& primitive : primitives) {
+    const ResidencyHandle handle = system.handle(primitive.value);
+    switch (primitive.kind) {
+      case PrimitiveKind::ensure: actions.push_back(EnsureResident{handle, primitive.location}); break;
+      case PrimitiveKind::move: actions.push_back(MoveResident{handle, primitive.location, primitive.from}); break;
+      case PrimitiveKind::drop: actions.push_back(DropResident{handle, primitive.location}); break;
+      case PrimitiveKind::discard: actions.push_back(DiscardValue{handle}); break;
+    }
+  }
+  return actions;
+}
+
+std::string actions_yaml(const std::vector<Primitive>& primitives) {
+  std::string out = "[";
+  for (const auto& primitive : primitives) out += (out.size() > 1 ? ", " : "") + yaml_primitive(primitive);
+  return out + "]";
+}
+
+// Preflight, then sequential execution with faults: the committed prefix stays.
+std::string execute_in(Model& model, const std::vector<Primitive>& primitives, std::size_t& committed) {
+  committed = 0;
+  if (!preflight(model, primitives).empty()) return "plan";
+  for (const auto& primitive : primitives) {
+    const std::string outcome = model.apply(primitive);
+    if (outcome != "ok" && outcome != "no-op") return "plan_execution";
+    ++committed;
+  }
+  return "ok";
+}
+
+struct Execute : Command {
+  std::vector<Primitive> primitives;
+  explicit Execute(const Model& model) : primitives(primitives_gen(model)) {}
+
+  void apply(Model& model) const override {
+    std::size_t committed = 0;
+    execute_in(model, primitives, committed);
+    model.reap();
+  }
+  void run(const Model& before, System& system) const override {
+    Model after = before;
+    std::size_t committed = 0;
+    const std::string predicted = execute_in(after, primitives, committed);
+    after.reap();
+    const auto actions = actions_of(system, primitives);
+    const ResidencyPlanExplanation explanation = system.manager->explain(ResidencyPlan{"plan", {}, actions, {}, {}});
+    if (explanation.feasible != (predicted != "plan")) {
+      system.log("execute: {actions: " + actions_yaml(primitives) + "}", predicted);
+      system.fail("explain said " + std::string(explanation.feasible ? "feasible" : "infeasible: ") +
+                  explanation.reason.value_or("") + "; the model's preflight disagrees");
+    }
+    const auto peaks_before = system.last_peaks;
+    std::optional<std::size_t> actual_committed;
+    verify(system, "execute: {actions: " + actions_yaml(primitives) + "}", predicted, after, [&] {
+      try {
+        actual_committed = system.manager->execute_actions(actions, "plan").transitions.size();
+      } catch (const ResidencyPlanExecutionError& error) {
+        actual_committed = error.partial_report().transitions.size();
+        throw;
+      }
+    }, predicted == "plan");
+    if (predicted != "plan" && actual_committed != committed) {
+      system.fail("plan committed " + std::to_string(actual_committed.value_or(0)) + " transitions, model " +
+                  std::to_string(committed));
+    }
+    if (predicted == "ok") {
+      // The observed peak never exceeds the prediction of a feasible explanation.
+      for (const auto& [location, peak] : system.last_peaks) {
+        const auto previous = peaks_before.find(location);
+        if (previous != peaks_before.end() && peak <= previous->second) continue;
+        const auto predicted_peak = explanation.predicted_peak(location);
+        if (!predicted_peak || peak > *predicted_peak) {
+          system.fail("observed peak " + std::to_string(peak) + " at " + location.name() +
+                      " exceeds the explained prediction " + std::to_string(predicted_peak.value_or(-1)));
+        }
+      }
+    }
+  }
+  void show(std::ostream& os) const override { os << "execute " << actions_yaml(primitives); }
+};
+
+struct Explain : Command {
+  std::vector<Primitive> primitives;
+  explicit Explain(const Model& model) : primitives(primitives_gen(model)) {}
+
+  void apply(Model&) const override {}
+  void run(const Model& before, System& system) const override {
+    const std::string plan = "p" + std::to_string(system.plans_yaml.size());
+    system.plans_yaml.push_back("  " + plan + ":\n    enter: " + actions_yaml(primitives));
+    const ResidencySnapshot snapshot_before = system.manager->snapshot();
+    ResidencyPlanExplanation explanation("unused", {}, {}, {}, true);
+    verify(system, "explain: {plan: " + plan + "}", "ok", before, [&] {
+      explanation = system.manager->explain(ResidencyPlan{plan, {}, actions_of(system, primitives), {}, {}});
+    });
+    ResidencySnapshot snapshot_after = system.manager->snapshot();
+    snapshot_after.captured_at_ns = snapshot_before.captured_at_ns;
+    if (!(snapshot_after == snapshot_before)) system.fail("explain changed the manager's state");
+    const bool feasible = preflight(before, primitives).empty();
+    if (explanation.feasible != feasible) {
+      system.fail("explain said " + std::string(explanation.feasible ? "feasible" : "infeasible: ") +
+                  explanation.reason.value_or("") + "; the model says " + (feasible ? "feasible" : "infeasible"));
+    }
+  }
+  void show(std::ostream& os) const override { os << "explain " << actions_yaml(primitives); }
+};
+
+// reclaim -> reservation -> enter -> exit, entered and closed in one command.
+struct Scope : Command {
+  std::vector<Primitive> reclaim, enter, exit;
+  ResidencyLocation reservation_at;
+  std::int64_t reservation_bytes;
+  explicit Scope(const Model& model)
+      : reclaim(*rc::gen::inRange(0, 2) == 0 ? std::vector<Primitive>{} : std::vector<Primitive>{primitive_gen(model)}),
+        enter(primitives_gen(model)),
+        exit(*rc::gen::arbitrary<bool>() ? std::vector<Primitive>{} : std::vector<Primitive>{primitive_gen(model)}),
+        reservation_at(*location_gen()),
+        reservation_bytes(*rc::gen::element<std::int64_t>(0, 2 * KiB, 8 * KiB)) {}
+
+  std::string predict(Model& model) const {
+    // Preflight of the whole plan, reservations admitted after reclaim.
+    Model dry = model;
+    for (const auto& primitive : reclaim) {
+      const std::string outcome = dry.apply(primitive, false);
+      if (outcome != "ok" && outcome != "no-op") return "plan";
+    }
+    std::size_t id = 0;
+    if (dry.reserve(reservation_at, reservation_bytes, id) != "ok") return "plan";
+    for (const auto* list : {&enter, &exit}) {
+      for (const auto& primitive : *list) {
+        const std::string outcome = dry.apply(primitive, false);
+        if (outcome != "ok" && outcome != "no-op") return "plan";
+      }
+    }
+    for (const auto& primitive : reclaim) {
+      const std::string outcome = model.apply(primitive);
+      if (outcome != "ok" && outcome != "no-op") return "plan_execution";
+    }
+    model.reserve(reservation_at, reservation_bytes, id);
+    std::string result = "ok";
+    for (const auto* list : {&enter, &exit}) {
+      for (const auto& primitive : *list) {
+        const std::string outcome = model.apply(primitive);
+        if (outcome != "ok" && outcome != "no-op") {
+          result = "plan_execution";
+          break;
+        }
+      }
+      if (result != "ok") break;
+    }
+    model.release_reservation(id);
+    model.next_lifetime -= 1;  // scopes hold no lifetime the commands can name
+    return result;
+  }
+  void apply(Model& model) const override {
+    predict(model);
+    model.reap();
+  }
+  void run(const Model& before, System& system) const override {
+    Model after = before;
+    const std::string predicted = predict(after);
+    after.reap();
+    const std::string plan = "p" + std::to_string(system.plans_yaml.size());
+    system.plans_yaml.push_back("  " + plan + ":\n    reclaim: " + actions_yaml(reclaim) +
+                                "\n    reservations: [{at: " + reservation_at.name() + ", bytes: " +
+                                std::to_string(reservation_bytes) + ", label: ws}]\n    enter: " + actions_yaml(enter) +
+                                "\n    exit: " + actions_yaml(exit));
+    const std::string name = system.name_lifetime("scope");
+    verify(system, "scope_enter: {plan: " + plan + ", as: " + name + "}\n  - scope_close: {scope: " + name + "}",
+           predicted, after, [&] {
+             ResidencyPlan residency_plan{plan, actions_of(system, reclaim), actions_of(system, enter),
+                                          actions_of(system, exit),
+                                          {MemoryReservation(reservation_at, reservation_bytes, "ws")}};
+             ResidencyScope scope = system.manager->scope(std::move(residency_plan));
+             scope.enter();
+             scope.close();
+           });
+  }
+  void show(std::ostream& os) const override {
+    os << "scope reclaim " << actions_yaml(reclaim) << " reserve " << reservation_bytes << " at "
+       << reservation_at.name() << " enter " << actions_yaml(enter) << " exit " << actions_yaml(exit);
+  }
+};
+
+auto commands() {
+  return rc::state::gen::execOneOfWithArgs<Adopt, Adopt, RegisterSource, RunPrimitive, RunPrimitive, RunPrimitive,
+                                           Acquire, ReleaseLease, ReleaseLease, Hold, ReleaseHold, Reserve,
+                                           ReleaseReservation, Work, Advance, ArmFault, Execute, Explain, Scope>();
+}
+
+RC_GTEST_PROP(ManagerModel, MatchesTheReferenceModelUnderFaults, ()) {
+  System system;
+  system.check_against(Model());
+  rc::state::check(Model(), system, commands());
+}
+
+}  // namespace
+}  // namespace fhelium::property
