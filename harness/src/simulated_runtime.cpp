@@ -137,7 +137,7 @@ at::Tensor SimulatedRuntime::allocate_copy(const at::Tensor& tensor, const Resid
         std::free(pointer);
       },
       source.options());
-  if (nbytes > 0) std::memcpy(data, source.data_ptr(), static_cast<std::size_t>(nbytes));
+  copy.copy_(source);  // ATen's copy kernel, as a real device copy would use
   return copy;
 }
 
