@@ -1,6 +1,7 @@
 #include "fhelium/residency/snapshot.hpp"
 
 #include <algorithm>
+#include <bitset>
 #include <stdexcept>
 #include <unordered_set>
 
@@ -70,9 +71,12 @@ ResidencyValueSnapshot::ResidencyValueSnapshot(ResidencyHandle handle_, Residenc
       source_location(source_location_),
       discarded(discarded_) {
   constexpr const char* record = "ResidencyValueSnapshot";
-  std::unordered_set<ResidencyLocation> seen;
+  // At most one entry per location: a bitmap over location ordinals.
+  std::bitset<ResidencyLocation::ordinal_count> seen;
   for (const auto& item : materializations) {
-    if (!seen.insert(item.location).second) invalid(record, "materialization locations must be unique");
+    const auto ordinal = static_cast<std::size_t>(item.location.ordinal());
+    if (seen.test(ordinal)) invalid(record, "materialization locations must be unique");
+    seen.set(ordinal);
   }
   if (has_source != source_location.has_value()) invalid(record, "source presence and location must agree");
   if (discarded && (has_source || !materializations.empty())) {
@@ -159,12 +163,15 @@ ResidencySnapshot::ResidencySnapshot(std::string manager_id_, std::uint64_t stat
   require_nonempty(record, "manager_id", manager_id);
   require_nonnegative(record, "captured_at_ns", captured_at_ns);
   std::unordered_set<ResidencyHandle> handles;
+  handles.reserve(values.size());
   for (const auto& value : values) {
     if (!handles.insert(value.handle).second) invalid(record, "value handles must be unique");
   }
-  std::unordered_set<ResidencyLocation> seen;
+  std::bitset<ResidencyLocation::ordinal_count> seen;
   for (const auto& item : locations) {
-    if (!seen.insert(item.location).second) invalid(record, "location identities must be unique");
+    const auto ordinal = static_cast<std::size_t>(item.location.ordinal());
+    if (seen.test(ordinal)) invalid(record, "location identities must be unique");
+    seen.set(ordinal);
   }
 }
 

@@ -1,6 +1,7 @@
 // Leases, holds and reservations: granting, releasing, pending completion
 // events and reaping. Counts are granted and released in pairs, and each
 // release checks the count it undoes.
+#include <algorithm>
 #include <stdexcept>
 #include <unordered_set>
 
@@ -14,10 +15,17 @@ namespace {
 
 void require_unique_nonempty(const std::vector<ResidencyHandle>& handles, const char* what) {
   if (handles.empty()) throw std::invalid_argument(std::string(what) + " needs at least one handle");
-  std::unordered_set<ResidencyHandle> seen;
-  for (const auto& handle : handles) {
-    if (!seen.insert(handle).second) {
-      throw std::invalid_argument(std::string(what) + " got handle '" + handle.handle_id + "' more than once");
+  const auto duplicate = [&](std::size_t i) {
+    if (handles.size() <= 16) {
+      return std::find(handles.begin(), handles.begin() + static_cast<std::ptrdiff_t>(i), handles[i]) !=
+             handles.begin() + static_cast<std::ptrdiff_t>(i);
+    }
+    return false;
+  };
+  std::unordered_set<ResidencyHandle> seen;  // only for large requests
+  for (std::size_t i = 0; i < handles.size(); ++i) {
+    if (duplicate(i) || (handles.size() > 16 && !seen.insert(handles[i]).second)) {
+      throw std::invalid_argument(std::string(what) + " got handle '" + handles[i].handle_id + "' more than once");
     }
   }
 }

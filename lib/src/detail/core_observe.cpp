@@ -46,27 +46,39 @@ ManagerCore::ManagerCore(ManagerOptions options)
 }
 
 ManagerCore::StateAccess::StateAccess(ManagerCore& core) : core_(core) {
-  // A timed loop, not a blocking lock: a thread that starts waiting before a
-  // source load begins must notice the load and fail instead of deadlocking
-  // when the load itself waits on that thread.
+  std::unique_lock lock(core_.gate_mutex_);
   for (;;) {
-    if (core_.loading_.load(std::memory_order_acquire)) {
+    if (core_.loading_) {
       throw ResidencyReentrancyError("residency manager '" + core_.manager_id_ +
                                      "' rejects calls while a source load() is running");
     }
-    if (core_.mutex_.try_lock_for(std::chrono::milliseconds(10))) break;
+    if (core_.busy_ && core_.owner_ == std::this_thread::get_id()) {
+      throw ResidencyReentrancyError("residency manager '" + core_.manager_id_ +
+                                     "' was re-entered from a callback of one of its own operations");
+    }
+    if (!core_.busy_) break;
+    core_.gate_released_.wait(lock);
   }
-  if (core_.in_operation_) {
-    core_.mutex_.unlock();
-    throw ResidencyReentrancyError("residency manager '" + core_.manager_id_ +
-                                   "' was re-entered from a callback of one of its own operations");
-  }
-  core_.in_operation_ = true;
+  core_.busy_ = true;
+  core_.owner_ = std::this_thread::get_id();
 }
 
 ManagerCore::StateAccess::~StateAccess() {
-  core_.in_operation_ = false;
-  core_.mutex_.unlock();
+  {
+    std::lock_guard lock(core_.gate_mutex_);
+    core_.busy_ = false;
+    core_.owner_ = std::thread::id();
+  }
+  core_.gate_released_.notify_one();
+}
+
+void ManagerCore::set_loading(bool loading) {
+  {
+    std::lock_guard lock(gate_mutex_);
+    loading_ = loading;
+  }
+  // Waiters re-check: while loading they fail instead of waiting.
+  if (loading) gate_released_.notify_all();
 }
 
 void ManagerCore::require_open_locked() const {

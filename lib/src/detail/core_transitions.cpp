@@ -282,8 +282,8 @@ TransferSource ManagerCore::resolve_transfer_source_locked(ValueRecord& record) 
   ScopeExit release([&] { ledger_.remove_reserved(location, charge); });
   std::optional<ResidentValue> loaded;
   {
-    loading_.store(true, std::memory_order_release);
-    ScopeExit done([&] { loading_.store(false, std::memory_order_release); });
+    set_loading(true);
+    ScopeExit done([&] { set_loading(false); });
     loaded = record.source->load();
   }
   validate_materialization_locked(record.spec, *loaded, location);

@@ -8,6 +8,8 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
+#include <thread>
 #include <cstdint>
 #include <deque>
 #include <exception>
@@ -184,9 +186,15 @@ class ManagerCore {
   const std::size_t trace_capacity_;
   const std::function<void(const std::string&)> diagnostic_sink_;
 
-  std::recursive_timed_mutex mutex_;
-  bool in_operation_ = false;
-  std::atomic<bool> loading_{false};
+  // The state lock: one public call at a time. Hand-built on a mutex and a
+  // condition variable so that waiters wake as soon as a source load starts
+  // (and fail with ResidencyReentrancyError) instead of blocking behind it.
+  std::mutex gate_mutex_;
+  std::condition_variable gate_released_;
+  bool busy_ = false;                 // guarded by gate_mutex_
+  std::thread::id owner_;             // guarded by gate_mutex_
+  bool loading_ = false;              // guarded by gate_mutex_
+  void set_loading(bool loading);
 
   bool closed_ = false;
   std::uint64_t state_version_ = 0;
