@@ -57,19 +57,31 @@ ManagerCore::StateAccess::StateAccess(ManagerCore& core) : core_(core) {
                                      "' was re-entered from a callback of one of its own operations");
     }
     if (!core_.busy_) break;
-    core_.gate_released_.wait(lock);
+    // Calls are short: let the holder finish before paying for a sleep.
+    for (int spin = 0; spin < 50 && core_.busy_ && !core_.loading_; ++spin) {
+      lock.unlock();
+      std::this_thread::yield();
+      lock.lock();
+    }
+    if (core_.busy_ && !core_.loading_) {
+      ++core_.waiters_;
+      core_.gate_released_.wait(lock);
+      --core_.waiters_;
+    }
   }
   core_.busy_ = true;
   core_.owner_ = std::this_thread::get_id();
 }
 
 ManagerCore::StateAccess::~StateAccess() {
+  bool waiters = false;
   {
     std::lock_guard lock(core_.gate_mutex_);
     core_.busy_ = false;
     core_.owner_ = std::thread::id();
+    waiters = core_.waiters_ > 0;
   }
-  core_.gate_released_.notify_one();
+  if (waiters) core_.gate_released_.notify_one();
 }
 
 void ManagerCore::set_loading(bool loading) {

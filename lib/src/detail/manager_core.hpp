@@ -194,6 +194,7 @@ class ManagerCore {
   bool busy_ = false;                 // guarded by gate_mutex_
   std::thread::id owner_;             // guarded by gate_mutex_
   bool loading_ = false;              // guarded by gate_mutex_
+  int waiters_ = 0;                   // guarded by gate_mutex_
   void set_loading(bool loading);
 
   bool closed_ = false;

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Runs every invariant suite, the scenario replay and the benchmarks, then the
+# release gate over their results. Usage: bash tools/release-gate.sh [BUILD_DIR]
+# Exit status is the gate's: 0 only when every check passed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+bash tools/setup.sh "$build" || exit 2
+meson test -C "$build" --print-errorlogs --no-rebuild > "$build/test-output.txt" 2>&1
+echo "invariant suites: $(tail -n 12 "$build/test-output.txt" | grep -E '^(Ok|Fail):' | tr -s ' ' | paste -sd ' ')"
+"$build/tools/residency-replay" --json "$build/replay.json" scenarios/ > "$build/replay-output.txt" 2>&1
+tail -n 1 "$build/replay-output.txt"
+"$build/bench/residency-bench" --benchmark_min_time="${BENCH_MIN_TIME:-0.2}" \
+  --benchmark_out="$build/bench.json" --benchmark_out_format=json > "$build/bench-output.txt" 2>&1 || exit 2
+exec "$build/tools/residency-gate" --build-dir "$build" "${@:2}"

@@ -1,0 +1,260 @@
+// residency-gate: the release gate. Reads the results of the invariant suites
+// (meson's test log), the scenario replay report and the benchmark JSON,
+// compares them with the committed thresholds (bench/thresholds.json: ratios
+// and complexity classes, never absolute times), prints a verdict table,
+// writes a JSON verdict, and exits non-zero on any failed invariant, missing
+// suite or regression beyond tolerance. --update-baseline records the current
+// benchmark ratios as the new baseline, deliberately.
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <map>
+#include <sstream>
+
+using nlohmann::json;
+
+namespace {
+
+struct Check {
+  std::string name;
+  std::string measured;
+  std::string threshold;
+  bool passed;
+};
+
+json read_json(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot read " + path);
+  return json::parse(in);
+}
+
+// meson writes one JSON object per line.
+std::vector<json> read_json_lines(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot read " + path);
+  std::vector<json> lines;
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty()) lines.push_back(json::parse(line));
+  }
+  return lines;
+}
+
+std::string fixed(double value, int digits = 2) {
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(digits) << value;
+  return out.str();
+}
+
+class Gate {
+ public:
+  explicit Gate(json thresholds) : thresholds_(std::move(thresholds)) {}
+
+  void tests(const std::string& path) {
+    std::map<std::string, std::pair<int, int>> suites;  // suite -> (passed, failed)
+    for (const auto& test : read_json_lines(path)) {
+      const std::string result = test.value("result", "");
+      // Test names read "project:suite / test".
+      std::string name = test.value("name", "");
+      name = name.substr(0, name.find(" / "));
+      name = name.substr(name.find(':') == std::string::npos ? 0 : name.find(':') + 1);
+      auto& [passed, failed] = suites[name];
+      (result == "OK" || result == "EXPECTEDFAIL" ? passed : failed) += 1;
+    }
+    for (const auto& suite : thresholds_.at("required_suites")) {
+      const std::string name = suite.get<std::string>();
+      const auto found = suites.find(name);
+      if (found == suites.end()) {
+        add("suite " + name, "missing", "present, all passing", false);
+        continue;
+      }
+      const auto [passed, failed] = found->second;
+      add("suite " + name, std::to_string(passed) + " passed, " + std::to_string(failed) + " failed",
+          "all passing", failed == 0 && passed > 0);
+    }
+  }
+
+  void replay(const std::string& path) {
+    const json report = read_json(path);
+    const int passed = report.value("passed", 0), failed = report.value("failed", 0);
+    const int minimum = thresholds_.value("min_scenarios", 1);
+    add("scenario replay", std::to_string(passed) + " passed, " + std::to_string(failed) + " failed",
+        ">= " + std::to_string(minimum) + " passed, none failed", failed == 0 && passed >= minimum);
+  }
+
+  void benchmarks(const std::string& path, bool update) {
+    const json report = read_json(path);
+    std::map<std::string, json> runs;
+    for (const auto& run : report.at("benchmarks")) runs[run.at("name").get<std::string>()] = run;
+    const auto ns_per_item = [&](const std::string& name) -> std::optional<double> {
+      const auto found = runs.find(name);
+      if (found == runs.end() || !found->second.contains("items_per_second")) return std::nullopt;
+      return 1e9 / found->second.at("items_per_second").get<double>();
+    };
+    const auto reference = ns_per_item("BM_Reference");
+    if (!reference) {
+      add("benchmark reference", "missing", "BM_Reference present", false);
+      return;
+    }
+    const double tolerance = thresholds_.at("speed").value("tolerance", 2.0);
+    json& baseline = thresholds_.at("speed").at("baseline_ratios");
+    for (auto& [name, ratio] : baseline.items()) {
+      const auto value = ns_per_item(name);
+      if (!value) {
+        add("speed " + name, "missing", "present", false);
+        continue;
+      }
+      const double measured = *value / *reference;
+      if (update) ratio = std::round(measured * 100.0) / 100.0;
+      add("speed " + name, fixed(*value, 1) + " ns/item = " + fixed(measured) + "x reference",
+          "<= " + fixed(ratio.get<double>() * tolerance) + "x (baseline " + fixed(ratio.get<double>()) + " x " +
+              fixed(tolerance, 1) + ")",
+          measured <= ratio.get<double>() * tolerance);
+    }
+    for (const auto& [name, limit] : thresholds_.at("complexity").items()) scaling(runs, name, limit);
+    movement(runs);
+    contention(runs);
+  }
+
+  const std::vector<Check>& checks() const { return checks_; }
+  const json& thresholds() const { return thresholds_; }
+
+ private:
+  void add(std::string name, std::string measured, std::string threshold, bool passed) {
+    checks_.push_back({std::move(name), std::move(measured), std::move(threshold), passed});
+  }
+
+  // Fits time = c * N^k over the benchmark's sizes; linear means k <= max_exponent.
+  void scaling(const std::map<std::string, json>& runs, const std::string& name, const json& limit) {
+    std::vector<std::pair<double, double>> points;
+    for (const auto& [run_name, run] : runs) {
+      if (run_name.rfind(name + "/", 0) != 0 || run.value("run_type", "") != "iteration") continue;
+      const double n = std::stod(run_name.substr(name.size() + 1));
+      points.emplace_back(std::log(n), std::log(run.at("cpu_time").get<double>()));
+    }
+    if (points.size() < 3) {
+      add("complexity " + name, "missing", "at least 3 sizes", false);
+      return;
+    }
+    double mean_x = 0, mean_y = 0;
+    for (const auto& [x, y] : points) {
+      mean_x += x / static_cast<double>(points.size());
+      mean_y += y / static_cast<double>(points.size());
+    }
+    double numerator = 0, denominator = 0;
+    for (const auto& [x, y] : points) {
+      numerator += (x - mean_x) * (y - mean_y);
+      denominator += (x - mean_x) * (x - mean_x);
+    }
+    const double exponent = numerator / denominator;
+    const double maximum = limit.value("max_exponent", 1.15);
+    add("complexity " + name, "O(N^" + fixed(exponent) + ")",
+        limit.value("class", std::string("N")) + " (exponent <= " + fixed(maximum) + ")", exponent <= maximum);
+  }
+
+  void movement(const std::map<std::string, json>& runs) {
+    const json& limits = thresholds_.at("data_movement");
+    const double max_ratio = limits.value("max_ratio", 1.1);
+    const long min_bytes = limits.value("min_bytes", 16L << 20);
+    for (const auto& [name, run] : runs) {
+      if (name.rfind("BM_ManagerMove/", 0) != 0) continue;
+      const std::string size = name.substr(15, name.find('/', 15) - 15);
+      if (std::stol(size) < min_bytes) continue;
+      const auto raw = runs.find("BM_RawCopy/" + size + "/real_time");
+      if (raw == runs.end()) {
+        add("data movement " + size, "missing raw copy", "present", false);
+        continue;
+      }
+      const double ratio = run.at("real_time").get<double>() / raw->second.at("real_time").get<double>();
+      add("data movement " + std::to_string(std::stol(size) >> 20) + " MiB", fixed(ratio) + "x raw copy",
+          "<= " + fixed(max_ratio) + "x", ratio <= max_ratio);
+    }
+  }
+
+  void contention(const std::map<std::string, json>& runs) {
+    const double minimum = thresholds_.at("contention").value("min_efficiency", 0.8);
+    const auto rate = [&](int threads) -> std::optional<double> {
+      const auto found = runs.find("BM_Contention/real_time/threads:" + std::to_string(threads));
+      if (found == runs.end()) return std::nullopt;
+      return found->second.at("items_per_second").get<double>();
+    };
+    const auto one = rate(1), four = rate(4);
+    if (!one || !four) {
+      add("contention", "missing", "1 and 4 thread runs", false);
+      return;
+    }
+    add("contention 4 threads", fixed(*four / *one) + "x one thread's throughput", ">= " + fixed(minimum) + "x",
+        *four / *one >= minimum);
+  }
+
+  json thresholds_;
+  std::vector<Check> checks_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Release gate over the invariant suites, the scenario replay and the benchmarks"};
+  std::string build_dir = "build", thresholds_path, tests_path, replay_path, bench_path, verdict_path;
+  bool update = false;
+  app.add_option("--build-dir", build_dir, "Build directory holding the results (default: build)");
+  app.add_option("--thresholds", thresholds_path, "Thresholds file (default: bench/thresholds.json)");
+  app.add_option("--tests", tests_path, "meson test log (default: BUILD/meson-logs/testlog.json)");
+  app.add_option("--replay", replay_path, "residency-replay --json report (default: BUILD/replay.json)");
+  app.add_option("--bench", bench_path, "Google Benchmark JSON (default: BUILD/bench.json)");
+  app.add_option("--json", verdict_path, "Write the verdict as JSON (default: BUILD/gate-verdict.json)");
+  app.add_flag("--update-baseline", update, "Record the measured speed ratios as the new baseline");
+  CLI11_PARSE(app, argc, argv);
+  if (thresholds_path.empty()) thresholds_path = "bench/thresholds.json";
+  if (tests_path.empty()) tests_path = build_dir + "/meson-logs/testlog.json";
+  if (replay_path.empty()) replay_path = build_dir + "/replay.json";
+  if (bench_path.empty()) bench_path = build_dir + "/bench.json";
+  if (verdict_path.empty()) verdict_path = build_dir + "/gate-verdict.json";
+
+  try {
+    Gate gate(read_json(thresholds_path));
+    const auto guarded = [&](const std::string& what, const auto& step) {
+      try {
+        step();
+      } catch (const std::exception& error) {
+        std::cerr << "residency-gate: " << what << ": " << error.what() << '\n';
+        return false;
+      }
+      return true;
+    };
+    bool inputs = guarded("test log", [&] { gate.tests(tests_path); });
+    inputs = guarded("replay report", [&] { gate.replay(replay_path); }) && inputs;
+    inputs = guarded("benchmarks", [&] { gate.benchmarks(bench_path, update); }) && inputs;
+
+    std::size_t width = 5;
+    for (const auto& check : gate.checks()) width = std::max(width, check.name.size());
+    std::cout << std::left << std::setw(static_cast<int>(width)) << "check" << "  verdict  measured  |  threshold\n";
+    json verdict = {{"checks", json::array()}};
+    bool passed = inputs;
+    for (const auto& check : gate.checks()) {
+      std::cout << std::left << std::setw(static_cast<int>(width)) << check.name << "  "
+                << (check.passed ? "PASS   " : "FAIL   ") << "  " << check.measured << "  |  " << check.threshold
+                << '\n';
+      verdict["checks"].push_back({{"name", check.name},
+                                   {"passed", check.passed},
+                                   {"measured", check.measured},
+                                   {"threshold", check.threshold}});
+      passed = passed && check.passed;
+    }
+    verdict["passed"] = passed;
+    std::ofstream(verdict_path) << verdict.dump(2) << '\n';
+    if (update) {
+      std::ofstream(thresholds_path) << gate.thresholds().dump(2) << '\n';
+      std::cout << "\nbaseline ratios written to " << thresholds_path << '\n';
+    }
+    std::cout << "\nresidency-gate: " << (passed ? "PASS" : "FAIL") << " (" << gate.checks().size()
+              << " checks; verdict in " << verdict_path << ")\n";
+    return passed ? 0 : 1;
+  } catch (const std::exception& error) {
+    std::cerr << "residency-gate: " << error.what() << '\n';
+    return 2;
+  }
+}
