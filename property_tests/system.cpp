@@ -1,5 +1,7 @@
 #include "system.hpp"
 
+#include "fhelium/harness/error_kind.hpp"
+
 #include <ATen/ops/arange.h>
 #include <rapidcheck.h>
 
@@ -163,44 +165,6 @@ void System::check_against(const Model& model) {
   for (const auto& location : snapshot.locations) last_peaks[location.location] = location.peak_charged_bytes;
 }
 
-std::string classify_current_exception() {
-  try {
-    throw;
-  } catch (const ResidencyPlanExecutionError&) {
-    return "plan_execution";
-  } catch (const ResidencyStaleStateError&) {
-    return "stale";
-  } catch (const ResidencyPlanError&) {
-    return "plan";
-  } catch (const ResidencyBudgetError&) {
-    return "budget";
-  } catch (const ResidencyHandleError&) {
-    return "handle";
-  } catch (const ResidencyUnavailableError&) {
-    return "unavailable";
-  } catch (const ResidencyInUseError&) {
-    return "in_use";
-  } catch (const ResidencyOwnershipError&) {
-    return "ownership";
-  } catch (const ResidencyMaterializationError&) {
-    return "materialization";
-  } catch (const ResidencyReentrancyError&) {
-    return "reentrancy";
-  } catch (const ResidencyLifetimeClosedError&) {
-    return "lifetime_closed";
-  } catch (const ResidencyClosedError&) {
-    return "closed";
-  } catch (const std::invalid_argument&) {
-    return "invalid_argument";
-  } catch (const c10::OutOfMemoryError&) {
-    return "out_of_memory";
-  } catch (const c10::Error&) {
-    return "device";
-  } catch (const std::exception&) {
-    return "runtime";
-  } catch (...) {
-    return "unknown";
-  }
-}
+std::string classify_current_exception() { return harness::error_kind(std::current_exception()); }
 
 }  // namespace fhelium::property

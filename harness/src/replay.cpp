@@ -10,6 +10,7 @@
 
 #include <sstream>
 
+#include "fhelium/harness/error_kind.hpp"
 #include "fhelium/harness/fault_injecting_runtime.hpp"
 #include "fhelium/harness/invariant_checker.hpp"
 #include "fhelium/harness/simulated_runtime.hpp"
@@ -91,49 +92,14 @@ bool is_injected(const std::exception& error) {
 
 Classified classify(const std::exception_ptr& error) {
   Classified result;
+  result.kind = error_kind(error);
   try {
     std::rethrow_exception(error);
   } catch (const ResidencyPlanExecutionError& e) {
-    result.kind = "plan_execution";
     result.phase = to_string(e.phase());
     result.failed_index = e.failed_action_index() ? e.failed_action_index() : e.failed_reservation_index();
     result.committed = static_cast<std::int64_t>(e.partial_report().transitions.size());
-  } catch (const ResidencyStaleStateError&) {
-    result.kind = "stale";
-  } catch (const ResidencyPlanError&) {
-    result.kind = "plan";
-  } catch (const ResidencyBudgetError&) {
-    result.kind = "budget";
-  } catch (const ResidencyHandleError&) {
-    result.kind = "handle";
-  } catch (const ResidencyUnavailableError&) {
-    result.kind = "unavailable";
-  } catch (const ResidencyInUseError&) {
-    result.kind = "in_use";
-  } catch (const ResidencyOwnershipError&) {
-    result.kind = "ownership";
-  } catch (const ResidencyMaterializationError&) {
-    result.kind = "materialization";
-  } catch (const ResidencyReentrancyError&) {
-    result.kind = "reentrancy";
-  } catch (const ResidencyLifetimeClosedError&) {
-    result.kind = "lifetime_closed";
-  } catch (const ResidencyClosedError&) {
-    result.kind = "closed";
-  } catch (const std::invalid_argument&) {
-    result.kind = "invalid_argument";
-  } catch (const std::logic_error&) {
-    result.kind = "logic";
-  } catch (const c10::OutOfMemoryError&) {
-    result.kind = "out_of_memory";
-  } catch (const c10::Error&) {
-    result.kind = "device";
-  } catch (const std::exception&) {
-    result.kind = "runtime";
   } catch (...) {
-    result.kind = "unknown";
-    result.message = "non-standard exception";
-    return result;
   }
   try {
     std::rethrow_exception(error);
@@ -143,6 +109,8 @@ Classified classify(const std::exception_ptr& error) {
   } catch (const std::exception& e) {
     result.message = e.what();
     result.injected = is_injected(e);
+  } catch (...) {
+    result.message = "non-standard exception";
   }
   return result;
 }
@@ -387,7 +355,10 @@ class Replayer {
     }
     check_outcome(index, step, outcome);
     const ResidencySnapshot* snapshot = after_operation();
-    StepRecord record{index, step.line, to_string(step.kind)};
+    StepRecord record;
+    record.index = index;
+    record.line = step.line;
+    record.kind = to_string(step.kind);
     record.outcome = outcome.error ? outcome.error->kind : (outcome.no_op ? "no-op" : "ok");
     record.message = outcome.error ? outcome.error->message : outcome.reason.value_or("");
     record.transitions = step_transitions_;
