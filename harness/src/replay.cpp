@@ -171,20 +171,44 @@ class Replayer {
       if (location == PINNED_HOST && !probe.can_pin()) return std::string("runtime torch cannot pin host memory");
       return std::nullopt;
     };
-    for (const auto& value : scenario_.values) {
-      if (auto reason = missing(value.at)) return reason;
+    for (const auto& location : referenced_locations()) {
+      if (auto reason = missing(location)) return reason;
     }
     for (const auto& step : scenario_.steps) {
       if (step.kind == StepKind::advance || step.kind == StepKind::complete || step.kind == StepKind::work) {
         return std::string("step '") + to_string(step.kind) + "' needs the simulated runtime";
       }
-      if (step.location) {
-        if (auto reason = missing(*step.location)) return reason;
-      }
-      if (step.stream) return std::string("streams are simulated");
+      if (step.stream || !step.transfer_streams.empty()) return std::string("streams are simulated");
     }
     if (!scenario_.capacity.empty()) return std::string("capacities are simulated");
     return std::nullopt;
+  }
+
+  // Every location the scenario names anywhere.
+  std::vector<ResidencyLocation> referenced_locations() const {
+    std::vector<ResidencyLocation> result;
+    const auto actions = [&](const std::vector<ActionDecl>& list) {
+      for (const auto& action : list) {
+        result.push_back(action.location);
+        if (action.from) result.push_back(*action.from);
+      }
+    };
+    for (const auto& [location, bytes] : scenario_.budgets) result.push_back(location);
+    for (const auto& value : scenario_.values) result.push_back(value.at);
+    for (const auto& fault : scenario_.faults) {
+      if (fault.location) result.push_back(*fault.location);
+    }
+    for (const auto& plan : scenario_.plans) {
+      for (const auto* list : {&plan.reclaim, &plan.enter, &plan.exit}) actions(*list);
+      for (const auto& reservation : plan.reservations) result.push_back(reservation.location);
+    }
+    for (const auto& step : scenario_.steps) {
+      if (step.location) result.push_back(*step.location);
+      if (step.from) result.push_back(*step.from);
+      actions(step.actions);
+      if (step.fault && step.fault->location) result.push_back(*step.fault->location);
+    }
+    return result;
   }
 
   void setup() {

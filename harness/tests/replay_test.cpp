@@ -113,6 +113,16 @@ steps:
 )", "host.yaml"), options);
   EXPECT_EQ(host_only.verdict, "passed") << host_only.failure;
   EXPECT_EQ(host_only.runtime, "torch");
+  const ScenarioResult budgeted = replay(parse_scenario(R"(
+name: budgeted
+manager: {budgets: {cuda:0: 1KiB}}
+values:
+  a: {bytes: 1KiB, adopt_at: pageable-host}
+steps:
+  - snapshot: {}
+)", "budgeted.yaml"), options);
+  EXPECT_EQ(budgeted.verdict, "skipped");
+  EXPECT_NE(budgeted.failure.find("no cuda:0"), std::string::npos);
 }
 
 TEST(Reporters, RenderJUnitJsonAndTimeline) {
