@@ -317,23 +317,26 @@ void ManagerCore::validate_materialization_locked(const ResidencyValueSpec& spec
 
 std::optional<c10::Device> ManagerCore::allocator_device_for(const ResidencyAction& action,
                                                              const ValueRecord& record) const {
-  std::vector<ResidencyLocation> candidates;
+  // The first CUDA location among the action's destination, then its source(s).
+  const auto first_cuda_materialization = [&]() -> std::optional<c10::Device> {
+    for (const auto& item : record.materializations) {
+      if (item.location.is_cuda()) return item.location.device();
+    }
+    return std::nullopt;
+  };
   if (const auto* ensure = std::get_if<EnsureResident>(&action)) {
-    candidates.push_back(ensure->location);
+    if (ensure->location.is_cuda()) return ensure->location.device();
   } else if (const auto* move = std::get_if<MoveResident>(&action)) {
-    candidates.push_back(move->to);
+    if (move->to.is_cuda()) return move->to.device();
     if (move->from_location) {
-      candidates.push_back(*move->from_location);
+      if (move->from_location->is_cuda()) return move->from_location->device();
     } else {
-      for (const auto& item : record.materializations) candidates.push_back(item.location);
+      return first_cuda_materialization();
     }
   } else if (const auto* drop = std::get_if<DropResident>(&action)) {
-    candidates.push_back(drop->location);
+    if (drop->location.is_cuda()) return drop->location.device();
   } else {
-    for (const auto& item : record.materializations) candidates.push_back(item.location);
-  }
-  for (const auto& location : candidates) {
-    if (location.is_cuda()) return location.device();
+    return first_cuda_materialization();
   }
   return std::nullopt;
 }
