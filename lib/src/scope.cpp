@@ -30,13 +30,25 @@ ResidencyScope::ResidencyScope(ResidencyScope&& other) noexcept
 
 ResidencyScope& ResidencyScope::operator=(ResidencyScope&& other) noexcept {
   if (this != &other) {
-    this->~ResidencyScope();
-    new (this) ResidencyScope(std::move(other));
+    abandon();
+    core_ = std::move(other.core_);
+    plan_ = std::move(other.plan_);
+    transfer_streams_ = std::move(other.transfer_streams_);
+    expected_state_version_ = other.expected_state_version_;
+    reservation_tokens_ = std::move(other.reservation_tokens_);
+    enter_transitions_ = std::move(other.enter_transitions_);
+    started_at_ns_ = other.started_at_ns_;
+    entered_ = other.entered_;
+    closed_ = std::exchange(other.closed_, true);
+    report_ = std::move(other.report_);
+    exit_error_ = std::move(other.exit_error_);
   }
   return *this;
 }
 
-ResidencyScope::~ResidencyScope() {
+ResidencyScope::~ResidencyScope() { abandon(); }
+
+void ResidencyScope::abandon() noexcept {
   if (entered_ && !closed_ && core_) core_->abandon_scope(reservation_tokens_, plan_.name);
   closed_ = true;
 }

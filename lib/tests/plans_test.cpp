@@ -268,6 +268,21 @@ TEST_F(PlanFixture, AbandonedScopesReleaseReservationsWithoutRunningExit) {
   EXPECT_NE(manager.diagnostics()[0].find("'leak' was abandoned"), std::string::npos);
 }
 
+TEST_F(PlanFixture, MovedScopesKeepOwnershipAndReassignmentAbandonsTheOldOne) {
+  ResidencyScope first = manager.scope(ResidencyPlan{"first", {}, {}, {}, {MemoryReservation(CUDA0, 16, "a")}});
+  first.enter();
+  ResidencyScope second = manager.scope(ResidencyPlan{"second", {}, {}, {}, {MemoryReservation(CUDA0, 32, "b")}});
+  second.enter();
+  EXPECT_EQ(location_state(manager, CUDA0).reserved_bytes, 48);
+  ResidencyScope moved = std::move(second);
+  EXPECT_TRUE(moved.active());
+  moved = std::move(first);  // abandons "second": its 32 bytes are released
+  EXPECT_EQ(location_state(manager, CUDA0).reserved_bytes, 16);
+  ASSERT_TRUE(moved.close().has_value());
+  EXPECT_EQ(location_state(manager, CUDA0).reserved_bytes, 0);
+  EXPECT_EQ(manager.diagnostics().size(), 1u);
+}
+
 TEST_F(PlanFixture, TransferStreamsAreValidatedAndUsed) {
   const TransferStreams good{{CUDA0, fixture.runtime->stream(0, 4)}};
   EXPECT_NO_THROW(manager.execute_actions({MoveResident{a, CUDA0, {}}}, "streamed", good));

@@ -82,6 +82,8 @@ class ResidencyScope {
   ResidencyScope(std::shared_ptr<detail::ManagerCore> core, ResidencyPlan plan,
                  std::map<ResidencyLocation, c10::Stream> transfer_streams,
                  std::optional<std::uint64_t> expected_state_version);
+  // Releases the reservations of an entered, unclosed scope (destruction, reassignment).
+  void abandon() noexcept;
 
   std::shared_ptr<detail::ManagerCore> core_;
   ResidencyPlan plan_;
