@@ -48,6 +48,15 @@ TEST_F(LeaseFixture, AcquireIsAtomicAndNeverMaterializes) {
   EXPECT_EQ(manager.state_version(), version);
 }
 
+TEST_F(LeaseFixture, DuplicateHandlesAreRejectedInLargeRequestsToo) {
+  std::vector<ResidencyHandle> many;
+  for (int i = 0; i < 40; ++i) many.push_back(manager.adopt(make_value(1, static_cast<float>(i))));
+  EXPECT_NO_THROW(manager.acquire(many, PAGEABLE_HOST).release());
+  many.push_back(many[17]);
+  EXPECT_THROW(manager.hold(many, PAGEABLE_HOST), std::invalid_argument);
+  EXPECT_EQ(location_state(manager, PAGEABLE_HOST).hold_count, 0);
+}
+
 TEST_F(LeaseFixture, LeasedValuesAreIdenticalAndUnreadableAfterRelease) {
   auto lease = manager.acquire({a, b}, PAGEABLE_HOST);
   EXPECT_TRUE(lease.active());

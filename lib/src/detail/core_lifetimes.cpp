@@ -15,17 +15,14 @@ namespace {
 
 void require_unique_nonempty(const std::vector<ResidencyHandle>& handles, const char* what) {
   if (handles.empty()) throw std::invalid_argument(std::string(what) + " needs at least one handle");
-  const auto duplicate = [&](std::size_t i) {
-    if (handles.size() <= 16) {
-      return std::find(handles.begin(), handles.begin() + static_cast<std::ptrdiff_t>(i), handles[i]) !=
-             handles.begin() + static_cast<std::ptrdiff_t>(i);
-    }
-    return false;
-  };
-  std::unordered_set<ResidencyHandle> seen;  // only for large requests
-  for (std::size_t i = 0; i < handles.size(); ++i) {
-    if (duplicate(i) || (handles.size() > 16 && !seen.insert(handles[i]).second)) {
-      throw std::invalid_argument(std::string(what) + " got handle '" + handles[i].handle_id + "' more than once");
+  // Most requests are small, where a pairwise scan beats hashing strings.
+  constexpr std::size_t scan_limit = 32;
+  std::unordered_set<ResidencyHandle> seen;
+  for (auto it = handles.begin(); it != handles.end(); ++it) {
+    const bool repeated = handles.size() <= scan_limit ? std::find(handles.begin(), it, *it) != it
+                                                       : !seen.insert(*it).second;
+    if (repeated) {
+      throw std::invalid_argument(std::string(what) + " got handle '" + it->handle_id + "' more than once");
     }
   }
 }
@@ -121,6 +118,10 @@ void ManagerCore::release_reservation(std::uint64_t token) {
 
 void ManagerCore::release_hold(std::uint64_t token) {
   StateAccess access(*this);
+  release_hold_locked(token);
+}
+
+void ManagerCore::release_hold_locked(std::uint64_t token) {
   const auto found = holds_.find(token);
   if (found == holds_.end()) return;
   for (ValueRecord* record : found->second.records) {
@@ -271,16 +272,17 @@ void ManagerCore::synchronize_pending_locked() {
   }
 }
 
-void ManagerCore::abandon_lease(std::uint64_t token, const ResidencyLocation& location) noexcept {
+void ManagerCore::abandon_lease(std::uint64_t token) noexcept {
   try {
     StateAccess access(*this);
-    if (leases_.count(token) == 0 || leases_.at(token).state != LeaseState::active) return;
+    const auto found = leases_.find(token);
+    if (found == leases_.end() || found->second.state != LeaseState::active) return;
+    const std::string where = found->second.location.name();
     try {
       release_lease_locked(token, true);
-      diagnose_locked("an active lease at " + location.name() + " was abandoned; released after waiting for its " +
-                      "consumer streams");
+      diagnose_locked("an active lease at " + where + " was abandoned; released after waiting for its consumer streams");
     } catch (const std::exception& error) {
-      diagnose_locked("an active lease at " + location.name() + " was abandoned and could not be released safely (" +
+      diagnose_locked("an active lease at " + where + " was abandoned and could not be released safely (" +
                       error.what() + "); its materializations stay protected");
     }
   } catch (...) {
@@ -288,25 +290,24 @@ void ManagerCore::abandon_lease(std::uint64_t token, const ResidencyLocation& lo
   }
 }
 
-void ManagerCore::abandon_hold(std::uint64_t token, const ResidencyLocation& location) noexcept {
+void ManagerCore::abandon_hold(std::uint64_t token) noexcept {
   try {
-    bool present = false;
-    {
-      StateAccess access(*this);
-      present = holds_.count(token) != 0;
-      if (present) diagnose_locked("an active hold at " + location.name() + " was abandoned; released");
-    }
-    if (present) release_hold(token);
+    StateAccess access(*this);
+    const auto found = holds_.find(token);
+    if (found == holds_.end()) return;
+    diagnose_locked("an active hold at " + found->second.location.name() + " was abandoned; released");
+    release_hold_locked(token);
   } catch (...) {
   }
 }
 
-void ManagerCore::abandon_reservation(std::uint64_t token, const std::string& label) noexcept {
+void ManagerCore::abandon_reservation(std::uint64_t token) noexcept {
   try {
     StateAccess access(*this);
-    if (reservations_.count(token) == 0) return;
+    const auto found = reservations_.find(token);
+    if (found == reservations_.end()) return;
+    diagnose_locked("an active reservation '" + found->second.label + "' was abandoned; released");
     release_reservation_locked(token);
-    diagnose_locked("an active reservation '" + label + "' was abandoned; released");
   } catch (...) {
   }
 }

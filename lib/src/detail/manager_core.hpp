@@ -111,9 +111,9 @@ class ManagerCore {
   void release_hold(std::uint64_t token);
   void release_reservation(std::uint64_t token);
   // Destructor paths: never throw; record a diagnostic.
-  void abandon_lease(std::uint64_t token, const ResidencyLocation& location) noexcept;
-  void abandon_hold(std::uint64_t token, const ResidencyLocation& location) noexcept;
-  void abandon_reservation(std::uint64_t token, const std::string& label) noexcept;
+  void abandon_lease(std::uint64_t token) noexcept;
+  void abandon_hold(std::uint64_t token) noexcept;
+  void abandon_reservation(std::uint64_t token) noexcept;
 
  private:
   // Holds the state lock for one public call and rejects reentry: from a
@@ -174,6 +174,7 @@ class ManagerCore {
                                                     const ResidencyLocation& at);
   std::uint64_t reserve_locked(const ResidencyLocation& location, std::int64_t nbytes, const std::string& label);
   void release_reservation_locked(std::uint64_t token);
+  void release_hold_locked(std::uint64_t token);
   void release_lease_locked(std::uint64_t token, bool wait);
   void end_use_locked(LeaseRecord& lease, bool to_pending);
   void finish_pending_locked(std::uint64_t token);

@@ -30,19 +30,44 @@ class ResidentValue;
 class ResidencyManager;
 namespace detail {
 class ManagerCore;
-}
+
+// The part every lifetime object shares: its manager core, its token, and
+// whether it is still active. Moving transfers the lifetime; destroying or
+// overwriting an active one abandons it through the core, which releases it
+// safely and records a diagnostic.
+class LifetimeToken {
+ public:
+  using Abandon = void (ManagerCore::*)(std::uint64_t) noexcept;
+
+  LifetimeToken() noexcept = default;
+  LifetimeToken(std::shared_ptr<ManagerCore> core, std::uint64_t token, Abandon abandon) noexcept;
+  LifetimeToken(LifetimeToken&& other) noexcept;
+  LifetimeToken& operator=(LifetimeToken&& other) noexcept;
+  LifetimeToken(const LifetimeToken&) = delete;
+  LifetimeToken& operator=(const LifetimeToken&) = delete;
+  ~LifetimeToken();
+
+  bool active() const noexcept { return active_; }
+  ManagerCore& core() const noexcept { return *core_; }
+  std::uint64_t token() const noexcept { return token_; }
+  void deactivate() noexcept { active_ = false; }
+
+ private:
+  void abandon() noexcept;
+
+  std::shared_ptr<ManagerCore> core_;
+  std::uint64_t token_ = 0;
+  Abandon abandon_ = nullptr;
+  bool active_ = false;
+};
+
+}  // namespace detail
 
 class ResidencyLease {
  public:
-  ResidencyLease(ResidencyLease&& other) noexcept;
-  ResidencyLease& operator=(ResidencyLease&& other) noexcept;
-  ResidencyLease(const ResidencyLease&) = delete;
-  ResidencyLease& operator=(const ResidencyLease&) = delete;
-  ~ResidencyLease();
-
   const std::vector<ResidencyHandle>& handles() const noexcept { return handles_; }
   ResidencyLocation location() const noexcept { return location_; }
-  bool active() const noexcept { return active_; }
+  bool active() const noexcept { return lifetime_.active(); }
 
   // The borrowed materialization of `handle`. Do not mutate it or keep its
   // tensors past release(). Throws ResidencyLifetimeClosedError after release
@@ -66,26 +91,17 @@ class ResidencyLease {
   friend class ResidencyManager;
   ResidencyLease(std::shared_ptr<detail::ManagerCore> core, std::uint64_t token, std::vector<ResidencyHandle> handles,
                  ResidencyLocation location);
-  void abandon() noexcept;
 
-  std::shared_ptr<detail::ManagerCore> core_;
-  std::uint64_t token_ = 0;
+  detail::LifetimeToken lifetime_;
   std::vector<ResidencyHandle> handles_;
   ResidencyLocation location_;
-  bool active_ = false;
 };
 
 class ResidencyHold {
  public:
-  ResidencyHold(ResidencyHold&& other) noexcept;
-  ResidencyHold& operator=(ResidencyHold&& other) noexcept;
-  ResidencyHold(const ResidencyHold&) = delete;
-  ResidencyHold& operator=(const ResidencyHold&) = delete;
-  ~ResidencyHold();
-
   const std::vector<ResidencyHandle>& handles() const noexcept { return handles_; }
   ResidencyLocation location() const noexcept { return location_; }
-  bool active() const noexcept { return active_; }
+  bool active() const noexcept { return lifetime_.active(); }
   // Ends the protection. Idempotent.
   void release();
 
@@ -93,27 +109,18 @@ class ResidencyHold {
   friend class ResidencyManager;
   ResidencyHold(std::shared_ptr<detail::ManagerCore> core, std::uint64_t token, std::vector<ResidencyHandle> handles,
                 ResidencyLocation location);
-  void abandon() noexcept;
 
-  std::shared_ptr<detail::ManagerCore> core_;
-  std::uint64_t token_ = 0;
+  detail::LifetimeToken lifetime_;
   std::vector<ResidencyHandle> handles_;
   ResidencyLocation location_;
-  bool active_ = false;
 };
 
 class ResidencyReservation {
  public:
-  ResidencyReservation(ResidencyReservation&& other) noexcept;
-  ResidencyReservation& operator=(ResidencyReservation&& other) noexcept;
-  ResidencyReservation(const ResidencyReservation&) = delete;
-  ResidencyReservation& operator=(const ResidencyReservation&) = delete;
-  ~ResidencyReservation();
-
   ResidencyLocation location() const noexcept { return location_; }
   std::int64_t nbytes() const noexcept { return nbytes_; }
   const std::string& label() const noexcept { return label_; }
-  bool active() const noexcept { return active_; }
+  bool active() const noexcept { return lifetime_.active(); }
   // Returns the reserved bytes to the location budget. Idempotent.
   void release();
 
@@ -121,14 +128,11 @@ class ResidencyReservation {
   friend class ResidencyManager;
   ResidencyReservation(std::shared_ptr<detail::ManagerCore> core, std::uint64_t token, ResidencyLocation location,
                        std::int64_t nbytes, std::string label);
-  void abandon() noexcept;
 
-  std::shared_ptr<detail::ManagerCore> core_;
-  std::uint64_t token_ = 0;
+  detail::LifetimeToken lifetime_;
   ResidencyLocation location_;
   std::int64_t nbytes_ = 0;
   std::string label_;
-  bool active_ = false;
 };
 
 }  // namespace fhelium::residency
