@@ -8,6 +8,7 @@
 #include <rapidcheck/gtest.h>
 #include <rapidcheck/state.h>
 
+#include "fhelium/harness/contents.hpp"
 #include "system.hpp"
 
 namespace fhelium::property {
@@ -199,9 +200,10 @@ struct Acquire : Command {
       for (const auto value : values) handles.push_back(system.handle(value));
       auto lease = system.manager->acquire(handles, at, consumer_stream(at));
       for (const auto value : values) {
-        const ResidentValue read = lease.value(system.handle(value));
-        const ResidentValue expected = System::contents(value, before.values[value].charge);
-        if (!read.field("data").equal(expected.field("data"))) system.fail("contents of v" + std::to_string(value) + " changed");
+        if (!harness::same_contents(lease.value(system.handle(value)),
+                                    System::contents(value, before.values[value].charge))) {
+          system.fail("contents of v" + std::to_string(value) + " changed");
+        }
       }
       system.leases.emplace(id, std::move(lease));
       system.lifetime_names[id] = name;

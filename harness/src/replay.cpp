@@ -10,6 +10,7 @@
 
 #include <sstream>
 
+#include "fhelium/harness/contents.hpp"
 #include "fhelium/harness/error_kind.hpp"
 #include "fhelium/harness/fault_injecting_runtime.hpp"
 #include "fhelium/harness/invariant_checker.hpp"
@@ -53,19 +54,6 @@ ResidentValue expected_value(const ValueDecl& decl, std::int64_t elements) {
                               .remainder_(251)
                               .to(scalar_type(decl.dtype));
   return ResidentValue(decl.type_name, {{"data", data}}, {{"name", decl.name}});
-}
-
-bool same_contents(const ResidentValue& a, const ResidentValue& b) {
-  if (a.type_name() != b.type_name() || a.attributes() != b.attributes() || a.fields().size() != b.fields().size()) {
-    return false;
-  }
-  for (std::size_t i = 0; i < a.fields().size(); ++i) {
-    const at::Tensor& x = a.fields()[i].second;
-    const at::Tensor& y = b.fields()[i].second;
-    if (!x.sizes().equals(y.sizes()) || x.scalar_type() != y.scalar_type()) return false;
-    if (!x.contiguous().view(at::kByte).equal(y.contiguous().view(at::kByte))) return false;
-  }
-  return true;
 }
 
 struct Classified {

@@ -788,12 +788,6 @@ const char* to_string(StepKind kind) noexcept {
   return "unknown";
 }
 
-bool Expectation::any() const {
-  return error || message || injected || no_op || source || destination || reason || phase || failed_index ||
-         committed || feasible || !predicted_peak.empty() || !locations.empty() || !resident.empty() ||
-         !discarded.empty() || faults_fired || diagnostics;
-}
-
 const ValueDecl* Scenario::find_value(const std::string& value) const {
   for (const auto& item : values) {
     if (item.name == value) return &item;

@@ -2,6 +2,9 @@
 // skips, and the reports built from results.
 #include <gtest/gtest.h>
 
+#include <ATen/ops/zeros.h>
+
+#include "fhelium/harness/contents.hpp"
 #include "fhelium/harness/replay.hpp"
 #include "fhelium/harness/reporters.hpp"
 #include "fhelium/harness/scenario_loader.hpp"
@@ -123,6 +126,18 @@ steps:
 )", "budgeted.yaml"), options);
   EXPECT_EQ(budgeted.verdict, "skipped");
   EXPECT_NE(budgeted.failure.find("no cuda:0"), std::string::npos);
+}
+
+TEST(Contents, ComparesBitsTypesAndAttributes) {
+  using residency::ResidentValue;
+  const at::Tensor zeros = at::zeros({4});
+  const ResidentValue a("T", {{"x", zeros}}, {{"level", std::int64_t{2}}});
+  EXPECT_TRUE(same_contents(a, ResidentValue("T", {{"x", zeros.clone()}}, {{"level", std::int64_t{2}}})));
+  EXPECT_FALSE(same_contents(a, ResidentValue("T", {{"x", zeros.neg()}}, {{"level", std::int64_t{2}}})));  // -0.0
+  EXPECT_FALSE(same_contents(a, ResidentValue("T", {{"x", zeros}}, {{"level", std::int64_t{3}}})));
+  EXPECT_FALSE(same_contents(a, ResidentValue("U", {{"x", zeros}}, {{"level", std::int64_t{2}}})));
+  EXPECT_FALSE(same_contents(a, ResidentValue("T", {{"y", zeros}}, {{"level", std::int64_t{2}}})));
+  EXPECT_FALSE(same_contents(a, ResidentValue("T", {{"x", zeros.to(at::kDouble)}}, {{"level", std::int64_t{2}}})));
 }
 
 TEST(Reporters, RenderJUnitJsonAndTimeline) {

@@ -16,20 +16,6 @@ ResidentValue make_view_value(std::int64_t storage_elements, std::int64_t view_e
                                 {"tail", base.narrow(0, storage_elements - view_elements, view_elements)}});
 }
 
-bool same_contents(const ResidentValue& a, const ResidentValue& b) {
-  if (a.type_name() != b.type_name() || a.attributes() != b.attributes()) return false;
-  if (a.fields().size() != b.fields().size()) return false;
-  for (std::size_t i = 0; i < a.fields().size(); ++i) {
-    const at::Tensor& x = a.fields()[i].second;
-    const at::Tensor& y = b.fields()[i].second;
-    if (a.fields()[i].first != b.fields()[i].first || !x.sizes().equals(y.sizes()) || x.dtype() != y.dtype()) {
-      return false;
-    }
-    if (!x.contiguous().view(at::kByte).equal(y.contiguous().view(at::kByte))) return false;
-  }
-  return true;
-}
-
 SimulatedFixture make_fixture(std::map<ResidencyLocation, std::int64_t> budgets,
                               harness::SimulatedRuntimeOptions options) {
   auto runtime = std::make_shared<harness::SimulatedRuntime>(std::move(options));

@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "fhelium/harness/contents.hpp"
 #include "fhelium/harness/simulated_runtime.hpp"
 #include "fhelium/residency.hpp"
 
@@ -17,8 +18,7 @@ namespace fhelium::residency::testing {
 ResidentValue make_value(std::int64_t elements, float seed = 1.0f, const std::string& type_name = "Blob");
 // A value with two fields that are views of one storage.
 ResidentValue make_view_value(std::int64_t storage_elements, std::int64_t view_elements);
-// True when both values have the same type, attributes and bit-identical field contents.
-bool same_contents(const ResidentValue& a, const ResidentValue& b);
+using harness::same_contents;
 
 struct SimulatedFixture {
   std::shared_ptr<harness::SimulatedRuntime> runtime;

@@ -86,7 +86,6 @@ struct Expectation {
   std::map<std::string, bool> discarded;
   std::optional<std::int64_t> faults_fired;   // total fired so far
   std::optional<std::int64_t> diagnostics;    // total manager diagnostics so far
-  bool any() const;
 };
 
 enum class StepKind {

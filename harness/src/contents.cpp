@@ -1,0 +1,19 @@
+#include "fhelium/harness/contents.hpp"
+
+namespace fhelium::harness {
+
+bool same_contents(const residency::ResidentValue& a, const residency::ResidentValue& b) {
+  if (a.type_name() != b.type_name() || a.attributes() != b.attributes() || a.fields().size() != b.fields().size()) {
+    return false;
+  }
+  for (std::size_t i = 0; i < a.fields().size(); ++i) {
+    const auto& [name_a, x] = a.fields()[i];
+    const auto& [name_b, y] = b.fields()[i];
+    if (name_a != name_b || !x.sizes().equals(y.sizes()) || x.scalar_type() != y.scalar_type()) return false;
+    // Compare bytes, so NaN payloads and negative zeros count as different.
+    if (!x.contiguous().view(at::kByte).equal(y.contiguous().view(at::kByte))) return false;
+  }
+  return true;
+}
+
+}  // namespace fhelium::harness
