@@ -215,11 +215,16 @@ std::string Model::apply(const Primitive& primitive, bool faults_active) {
   return "ok";
 }
 
-std::string Model::acquire(const std::vector<std::size_t>& list, const ResidencyLocation& at, std::size_t& id) {
+std::string Model::all_resident(const std::vector<std::size_t>& list, const ResidencyLocation& at) const {
   for (const std::size_t value : list) {
     if (!known(value)) return "handle";
     if (!resident(value, at)) return "unavailable";
   }
+  return "";
+}
+
+std::string Model::acquire(const std::vector<std::size_t>& list, const ResidencyLocation& at, std::size_t& id) {
+  if (std::string error = all_resident(list, at); !error.empty()) return error;
   for (const std::size_t value : list) values[value].uses[at] += 1;
   id = next_lifetime++;
   leases[id] = ModelLease{list, at, false, 0};
@@ -254,10 +259,7 @@ std::string Model::release_lease(std::size_t id, bool wait) {
 }
 
 std::string Model::hold(const std::vector<std::size_t>& list, const ResidencyLocation& at, std::size_t& id) {
-  for (const std::size_t value : list) {
-    if (!known(value)) return "handle";
-    if (!resident(value, at)) return "unavailable";
-  }
+  if (std::string error = all_resident(list, at); !error.empty()) return error;
   for (const std::size_t value : list) values[value].holds[at] += 1;
   id = next_lifetime++;
   holds[id] = ModelHold{list, at};

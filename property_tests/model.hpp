@@ -104,6 +104,8 @@ struct Model {
   void reap();
 
  private:
+  // "handle" / "unavailable" for the first value not resident at `at`, else "".
+  std::string all_resident(const std::vector<std::size_t>& values, const ResidencyLocation& at) const;
   std::string check_admission(const ResidencyLocation& location, std::int64_t bytes) const;
   void register_location(const ResidencyLocation& location);
   void raise_peaks(ModelLocation& state);

@@ -110,8 +110,11 @@ TEST_F(LeaseFixture, CudaReleaseKeepsProtectionPendingUntilTheEventCompletes) {
   EXPECT_FALSE(manager.explain(drop_plan).feasible);
   runtime.advance(99);
   EXPECT_EQ(at(a, CUDA0).pending_event_count, 1);
+  const std::uint64_t version = manager.state_version();
   runtime.advance(1);
-  EXPECT_TRUE(manager.explain(drop_plan).feasible);  // explain sees completion without reaping
+  // explain sees the completion but reaps nothing: the version it checks stays current.
+  EXPECT_TRUE(manager.explain(drop_plan, version).feasible);
+  EXPECT_NO_THROW(manager.explain(drop_plan, version));
   EXPECT_EQ(at(a, CUDA0).pending_event_count, 0);     // the snapshot reaps
   EXPECT_NO_THROW(manager.drop(a, CUDA0));
 }
