@@ -86,9 +86,8 @@ std::uint64_t ManagerCore::reserve(const ResidencyLocation& location, std::int64
   }
   StateAccess access(*this);
   require_open_locked();
-  runtime_->check_location(location);
   reap_locked();
-  return reserve_locked(location, nbytes, label);
+  return reserve_locked(location, nbytes, label);  // checks the location first
 }
 
 std::uint64_t ManagerCore::reserve_locked(const ResidencyLocation& location, std::int64_t nbytes,
