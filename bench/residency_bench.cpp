@@ -171,7 +171,7 @@ std::vector<ResidencyAction> ensure_actions(const std::vector<ResidencyHandle>& 
 
 void BM_Explain(benchmark::State& state) {
   Bench bench;
-  const ResidencyPlan plan{"bench", {}, ensure_actions(bench.adopt(state.range(0))), {}, {}};
+  const ResidencyPlan plan{"bench", ensure_actions(bench.adopt(state.range(0)))};
   for (auto _ : state) benchmark::DoNotOptimize(bench.manager->explain(plan));
   state.SetItemsProcessed(state.iterations() * state.range(0));
   state.SetComplexityN(state.range(0));

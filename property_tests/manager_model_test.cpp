@@ -440,7 +440,7 @@ struct Execute : Command {
     const std::string predicted = execute_in(after, primitives, committed);
     after.reap();
     const auto actions = actions_of(system, primitives);
-    const ResidencyPlanExplanation explanation = system.manager->explain(ResidencyPlan{"plan", {}, actions, {}, {}});
+    const ResidencyPlanExplanation explanation = system.manager->explain(ResidencyPlan{"plan", actions});
     if (explanation.feasible != (predicted != "plan")) {
       system.log("execute: {actions: " + actions_yaml(primitives) + "}", predicted);
       system.fail("explain said " + std::string(explanation.feasible ? "feasible" : "infeasible: ") +
@@ -487,7 +487,7 @@ struct Explain : Command {
     const ResidencySnapshot snapshot_before = system.manager->snapshot();
     ResidencyPlanExplanation explanation("unused", {}, {}, {}, true);
     verify(system, "explain: {plan: " + plan + "}", "ok", before, [&] {
-      explanation = system.manager->explain(ResidencyPlan{plan, {}, actions_of(system, primitives), {}, {}});
+      explanation = system.manager->explain(ResidencyPlan{plan, actions_of(system, primitives)});
     });
     ResidencySnapshot snapshot_after = system.manager->snapshot();
     snapshot_after.captured_at_ns = snapshot_before.captured_at_ns;
@@ -564,9 +564,9 @@ struct Scope : Command {
     const std::string name = system.name_lifetime("scope");
     verify(system, "scope_enter: {plan: " + plan + ", as: " + name + "}\n  - scope_close: {scope: " + name + "}",
            predicted, after, [&] {
-             ResidencyPlan residency_plan{plan, actions_of(system, reclaim), actions_of(system, enter),
-                                          actions_of(system, exit),
-                                          {MemoryReservation(reservation_at, reservation_bytes, "ws")}};
+             ResidencyPlan residency_plan{plan, actions_of(system, enter), actions_of(system, exit),
+                                          {MemoryReservation(reservation_at, reservation_bytes, "ws")},
+                                          actions_of(system, reclaim)};
              ResidencyScope scope = system.manager->scope(std::move(residency_plan));
              scope.enter();
              scope.close();

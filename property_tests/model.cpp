@@ -12,9 +12,9 @@ const std::vector<ResidencyLocation>& all_locations() {
   return locations;
 }
 
-const std::map<ResidencyLocation, std::int64_t>& budgets() {
-  static const std::map<ResidencyLocation, std::int64_t> limits{{PINNED_HOST, 16 * 1024},
-                                                                 {cuda_location(0), 12 * 1024}};
+const LocationBudgets& budgets() {
+  // Deliberately not in location order: the manager must keep the caller's.
+  static const LocationBudgets limits{{cuda_location(0), 12 * 1024}, {PINNED_HOST, 16 * 1024}};
   return limits;
 }
 

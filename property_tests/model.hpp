@@ -16,11 +16,12 @@
 namespace fhelium::property {
 
 using residency::ResidencyLocation;
+using residency::LocationBudgets;
 
 // The universe the tests draw from.
 const std::vector<ResidencyLocation>& all_locations();
 // Budgets the manager under test is built with.
-const std::map<ResidencyLocation, std::int64_t>& budgets();
+const LocationBudgets& budgets();
 
 struct ModelValue {
   std::int64_t charge = 0;

@@ -32,10 +32,10 @@ int main() {
   manager.move(layers[1], cuda_location(0));
 
   const ResidencyPlan next_layers{"layers-2-3",
-                                  {MoveResident{layers[0], PINNED_HOST, {}}},
                                   {MoveResident{layers[2], cuda_location(0), {}}},
                                   {MoveResident{layers[1], PINNED_HOST, {}}},
-                                  {MemoryReservation(cuda_location(0), 512 * 1024, "activations")}};
+                                  {MemoryReservation(cuda_location(0), 512 * 1024, "activations")},
+                                  {MoveResident{layers[0], PINNED_HOST, {}}}};
   std::cout << fhelium::harness::format_explanation(manager.explain(next_layers)) << '\n';
 
   ResidencyScope scope = manager.scope(next_layers);

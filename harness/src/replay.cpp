@@ -217,6 +217,7 @@ class Replayer {
       base = std::make_shared<TorchRuntime>();
     }
     faults_ = std::make_shared<FaultInjectingRuntime>(base, scenario_.faults, result_.seed);
+    clock_origin_ns_ = base->now_ns();  // reports count virtual time from the start of the run
     ManagerOptions options;
     options.budgets = scenario_.budgets;
     options.trace_capacity = scenario_.trace_capacity;
@@ -317,7 +318,7 @@ class Replayer {
 
   ResidencyPlan plan(const std::string& name) const {
     const PlanDecl& decl = *scenario_.find_plan(name);
-    ResidencyPlan result{decl.name, actions(decl.reclaim), actions(decl.enter), actions(decl.exit), {}};
+    ResidencyPlan result{decl.name, actions(decl.enter), actions(decl.exit), {}, actions(decl.reclaim)};
     for (const auto& reservation : decl.reservations) {
       result.reservations.emplace_back(reservation.location, reservation.bytes, reservation.label);
     }
@@ -375,7 +376,7 @@ class Replayer {
     record.message = outcome.error ? outcome.error->message : outcome.reason.value_or("");
     record.transitions = step_transitions_;
     if (snapshot != nullptr) {
-      record.virtual_ns = snapshot->captured_at_ns;
+      record.virtual_ns = snapshot->captured_at_ns - clock_origin_ns_;
       record.state_version = snapshot->state_version;
       for (const auto& location : snapshot->locations) {
         record.locations.push_back({location.location.name(), location.used_bytes, location.reserved_bytes});
@@ -429,7 +430,7 @@ class Replayer {
       case StepKind::execute: {
         const auto list = actions(step.actions);
         try {
-          preflight = manager_->explain(ResidencyPlan{step.plan, {}, list, {}, {}});
+          preflight = manager_->explain(ResidencyPlan{step.plan, list});
         } catch (...) {
         }
         const ResidencyPlanReport report =
@@ -769,6 +770,7 @@ class Replayer {
   ScenarioResult result_;
   std::shared_ptr<SimulatedRuntime> simulated_;
   std::shared_ptr<FaultInjectingRuntime> faults_;
+  std::int64_t clock_origin_ns_ = 0;
   std::unique_ptr<ResidencyManager> manager_;
   // Lifetimes are declared after the manager so they are destroyed first.
   std::map<std::string, ResidencyHandle> handles_;

@@ -207,17 +207,24 @@ class Reader {
   }
 
   template <class F>
-  std::map<ResidencyLocation, std::int64_t> location_map(const YAML::Node& node, const std::string& what,
-                                                         F&& value) const {
+  residency::LocationBudgets location_list(const YAML::Node& node, const std::string& what, F&& value) const {
     require_map(node, what);
-    std::map<ResidencyLocation, std::int64_t> result;
+    residency::LocationBudgets result;  // in the file's order
     for (const auto& entry : node) {
       const ResidencyLocation where = location(entry.first, what + " key");
-      if (!result.emplace(where, value(entry.second, what + " for " + where.name())).second) {
-        fail(entry.first, "duplicate location " + where.name() + " in " + what);
+      for (const auto& [seen, bytes] : result) {
+        if (seen == where) fail(entry.first, "duplicate location " + where.name() + " in " + what);
       }
+      result.emplace_back(where, value(entry.second, what + " for " + where.name()));
     }
     return result;
+  }
+
+  template <class F>
+  std::map<ResidencyLocation, std::int64_t> location_map(const YAML::Node& node, const std::string& what,
+                                                         F&& value) const {
+    const residency::LocationBudgets list = location_list(node, what, std::forward<F>(value));
+    return {list.begin(), list.end()};
   }
 
   const std::string& file() const { return file_; }
@@ -292,7 +299,7 @@ class ScenarioParser {
   void parse_manager(const YAML::Node& node) {
     reader_.require_keys(node, "manager", {"budgets", "trace_capacity"});
     if (node["budgets"]) {
-      scenario_.budgets = reader_.location_map(node["budgets"], "budgets",
+      scenario_.budgets = reader_.location_list(node["budgets"], "budgets",
                                                [&](const YAML::Node& n, const std::string& w) { return reader_.size(n, w); });
     }
     if (node["trace_capacity"]) scenario_.trace_capacity = reader_.count(node["trace_capacity"], "trace_capacity");

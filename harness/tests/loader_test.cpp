@@ -8,6 +8,7 @@ namespace {
 
 using residency::cuda_location;
 using residency::PINNED_HOST;
+using residency::LocationBudgets;
 
 TEST(ParseSize, AcceptsUnitsAndRejectsGarbage) {
   EXPECT_EQ(parse_size("4096"), 4096);
@@ -47,7 +48,7 @@ steps:
 )", "inline.yaml");
   EXPECT_EQ(scenario.name, "demo");
   EXPECT_EQ(scenario.seed, 9u);
-  EXPECT_EQ(scenario.budgets.at(cuda_location(0)), 1 << 20);
+  EXPECT_EQ(scenario.budgets, (LocationBudgets{{cuda_location(0), 1 << 20}}));
   EXPECT_EQ(scenario.trace_capacity, 8);
   EXPECT_EQ(scenario.cuda_devices, 1);
   EXPECT_EQ(scenario.copy_ns_per_mib, 5);

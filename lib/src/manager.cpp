@@ -74,13 +74,15 @@ ResidencyScope ResidencyManager::scope(ResidencyPlan plan, TransferStreams trans
 
 ResidencyLease ResidencyManager::acquire(const std::vector<ResidencyHandle>& handles, const ResidencyLocation& at,
                                          std::optional<c10::Stream> consumer_stream) {
-  const std::uint64_t token = core_->acquire(handles, at, consumer_stream);
-  return ResidencyLease(core_, token, handles, at);
+  std::vector<ResidencyHandle> unique = detail::unique_handles(handles, "acquire");
+  const std::uint64_t token = core_->acquire(unique, at, consumer_stream);
+  return ResidencyLease(core_, token, std::move(unique), at);
 }
 
 ResidencyHold ResidencyManager::hold(const std::vector<ResidencyHandle>& handles, const ResidencyLocation& at) {
-  const std::uint64_t token = core_->hold(handles, at);
-  return ResidencyHold(core_, token, handles, at);
+  std::vector<ResidencyHandle> unique = detail::unique_handles(handles, "hold");
+  const std::uint64_t token = core_->hold(unique, at);
+  return ResidencyHold(core_, token, std::move(unique), at);
 }
 
 ResidencyReservation ResidencyManager::reserve(const ResidencyLocation& location, std::int64_t nbytes,

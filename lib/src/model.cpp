@@ -14,6 +14,36 @@ std::string_view to_string(Recoverability recoverability) noexcept {
   return recoverability == Recoverability::reconstructible ? "reconstructible" : "must-preserve";
 }
 
+namespace {
+
+bool blank(const std::string& text) { return text.find_first_not_of(" \t\r\n\f\v") == std::string::npos; }
+
+}  // namespace
+
+void validate(ReplicaMode mode, std::string_view what) {
+  if (mode != ReplicaMode::replicable && mode != ReplicaMode::exclusive) {
+    throw std::invalid_argument(std::string(what) + " must be a ReplicaMode (replicable or exclusive), got " +
+                                std::to_string(static_cast<int>(mode)));
+  }
+}
+
+void validate(Recoverability recoverability, std::string_view what) {
+  if (recoverability != Recoverability::reconstructible && recoverability != Recoverability::must_preserve) {
+    throw std::invalid_argument(std::string(what) +
+                                " must be a Recoverability (reconstructible or must-preserve), got " +
+                                std::to_string(static_cast<int>(recoverability)));
+  }
+}
+
+void validate_handle(const ResidencyHandle& handle) {
+  const auto require = [](const std::string& field, const char* name) {
+    if (blank(field)) throw std::invalid_argument(std::string("ResidencyHandle ") + name + " must be non-empty");
+  };
+  require(handle.manager_id, "manager_id");
+  require(handle.handle_id, "handle_id");
+  require(handle.value_type, "value_type");
+}
+
 ResidencyValueSpec::ResidencyValueSpec(std::string value_type_, std::int64_t logical_nbytes_,
                                        std::int64_t storage_nbytes_, ReplicaMode replica_mode_,
                                        Recoverability recoverability_)
@@ -22,7 +52,11 @@ ResidencyValueSpec::ResidencyValueSpec(std::string value_type_, std::int64_t log
       storage_nbytes(storage_nbytes_),
       replica_mode(replica_mode_),
       recoverability(recoverability_) {
-  if (value_type.empty()) throw std::invalid_argument("ResidencyValueSpec value_type must be non-empty");
+  validate();
+}
+
+void ResidencyValueSpec::validate() const {
+  if (blank(value_type)) throw std::invalid_argument("ResidencyValueSpec value_type must be non-empty");
   if (logical_nbytes < 0) throw std::invalid_argument("ResidencyValueSpec logical_nbytes must be non-negative");
   if (storage_nbytes < 0) throw std::invalid_argument("ResidencyValueSpec storage_nbytes must be non-negative");
   if (storage_nbytes < logical_nbytes) {
@@ -30,6 +64,8 @@ ResidencyValueSpec::ResidencyValueSpec(std::string value_type_, std::int64_t log
                                 ") must be greater than or equal to logical_nbytes (" +
                                 std::to_string(logical_nbytes) + ")");
   }
+  fhelium::residency::validate(replica_mode, "ResidencyValueSpec replica_mode");
+  fhelium::residency::validate(recoverability, "ResidencyValueSpec recoverability");
 }
 
 namespace {

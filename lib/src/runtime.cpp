@@ -10,8 +10,9 @@ void DeviceRuntime::check_location(const ResidencyLocation& location) const {
   if (!location.is_cuda()) return;
   const int count = cuda_device_count();
   if (location.cuda_index() >= count) {
-    throw std::invalid_argument("residency location " + location.name() + " is not available: runtime '" + name() +
-                                "' has " + std::to_string(count) + " CUDA device(s)");
+    throw std::invalid_argument("residency location " + location.name() +
+                                " is not available: CUDA residency locations require available CUDA devices, and "
+                                "runtime '" + name() + "' has " + std::to_string(count) + " CUDA device(s)");
   }
 }
 

@@ -90,7 +90,7 @@ TEST_F(FaultFixture, PlansKeepTheCommittedPrefix) {
 TEST_F(FaultFixture, ScopeReservationsOnMissingDevicesFailPreflight) {
   const ResidencyHandle a = manager.adopt(make_value(4));
   ResidencyScope scope = manager.scope(
-      ResidencyPlan{"s", {}, {MoveResident{a, CUDA0, {}}}, {}, {MemoryReservation(cuda_location(7), 1, "far")}});
+      ResidencyPlan{"s", {MoveResident{a, CUDA0, {}}}, {}, {MemoryReservation(cuda_location(7), 1, "far")}});
   try {
     scope.enter();
     FAIL();
@@ -146,7 +146,7 @@ TEST_F(FaultFixture, FailedEventQueriesKeepProtectionWithoutBreakingOtherWork) {
   faults->add_rule(query);
   EXPECT_EQ(location_state(manager, CUDA0).pending_event_count, 1);  // query 1 failed
   EXPECT_NO_THROW(manager.move(other, CUDA1));                       // query 2 failed
-  EXPECT_FALSE(manager.explain(ResidencyPlan{"d", {}, {DropResident{value, CUDA0}}, {}, {}}).feasible);  // query 3
+  EXPECT_FALSE(manager.explain(ResidencyPlan{"d", {DropResident{value, CUDA0}}}).feasible);  // query 3
   EXPECT_EQ(location_state(manager, CUDA0).pending_event_count, 0);  // a working query proves completion
   EXPECT_EQ(faults->fired().size(), 3u);
 }

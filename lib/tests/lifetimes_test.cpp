@@ -40,7 +40,6 @@ TEST_F(LeaseFixture, AcquireIsAtomicAndNeverMaterializes) {
   EXPECT_EQ(at(a, CUDA0).use_count, 0);
   EXPECT_EQ(manager.state_version(), version);
   EXPECT_THROW(manager.acquire({}, PAGEABLE_HOST), std::invalid_argument);
-  EXPECT_THROW(manager.acquire({a, a}, PAGEABLE_HOST), std::invalid_argument);
   EXPECT_THROW(manager.acquire({a}, CUDA0), std::invalid_argument);  // CUDA needs a consumer stream
   EXPECT_THROW(manager.acquire({a}, PAGEABLE_HOST, runtime.stream(0)), std::invalid_argument);
   EXPECT_THROW(manager.acquire({a}, CUDA0, runtime.stream(1)), std::invalid_argument);
@@ -48,12 +47,18 @@ TEST_F(LeaseFixture, AcquireIsAtomicAndNeverMaterializes) {
   EXPECT_EQ(manager.state_version(), version);
 }
 
-TEST_F(LeaseFixture, DuplicateHandlesAreRejectedInLargeRequestsToo) {
+TEST_F(LeaseFixture, RepeatedHandlesCountOnceInLargeRequestsToo) {
   std::vector<ResidencyHandle> many;
   for (int i = 0; i < 40; ++i) many.push_back(manager.adopt(make_value(1, static_cast<float>(i))));
   EXPECT_NO_THROW(manager.acquire(many, PAGEABLE_HOST).release());
+  const std::vector<ResidencyHandle> unique = many;
   many.push_back(many[17]);
-  EXPECT_THROW(manager.hold(many, PAGEABLE_HOST), std::invalid_argument);
+  many.push_back(many[0]);
+  ResidencyHold hold = manager.hold(many, PAGEABLE_HOST);
+  EXPECT_EQ(hold.handles(), unique);  // first occurrences, in order
+  EXPECT_EQ(location_state(manager, PAGEABLE_HOST).hold_count, 40);
+  EXPECT_EQ(at(many[17], PAGEABLE_HOST).hold_count, 1);
+  hold.release();
   EXPECT_EQ(location_state(manager, PAGEABLE_HOST).hold_count, 0);
 }
 
@@ -106,7 +111,7 @@ TEST_F(LeaseFixture, CudaReleaseKeepsProtectionPendingUntilTheEventCompletes) {
   EXPECT_EQ(item.pending_event_count, 1);
   EXPECT_EQ(location_state(manager, CUDA0).pending_event_count, 2);
   EXPECT_THROW(manager.drop(a, CUDA0), ResidencyInUseError);
-  const ResidencyPlan drop_plan{"drop", {}, {DropResident{a, CUDA0}}, {}, {}};
+  const ResidencyPlan drop_plan{"drop", {DropResident{a, CUDA0}}};
   EXPECT_FALSE(manager.explain(drop_plan).feasible);
   runtime.advance(99);
   EXPECT_EQ(at(a, CUDA0).pending_event_count, 1);

@@ -59,10 +59,10 @@ TEST_F(PlanFixture, ExplainPredictsWithoutChangingState) {
   auto reservation = manager.reserve(CUDA0, 32, "existing");
   const ResidencySnapshot before = manager.snapshot();
   const ResidencyPlan plan{"layer",
-                           {DropResident{c, PAGEABLE_HOST}},
                            {MoveResident{a, CUDA0, {}}, EnsureResident{lazy, CUDA0}, EnsureResident{a, CUDA0}},
                            {MoveResident{a, PAGEABLE_HOST, {}}},
-                           {MemoryReservation(CUDA0, 64, "workspace"), MemoryReservation(CUDA1, 10, "peer")}};
+                           {MemoryReservation(CUDA0, 64, "workspace"), MemoryReservation(CUDA1, 10, "peer")},
+                           {DropResident{c, PAGEABLE_HOST}}};
   // The reclaim drop fails (last MUST_PRESERVE copy): infeasible at the first action.
   ResidencyPlanExplanation explanation = manager.explain(plan);
   EXPECT_FALSE(explanation.feasible);
@@ -103,27 +103,27 @@ TEST_F(PlanFixture, ExplainPredictsWithoutChangingState) {
 TEST_F(PlanFixture, ExplainReportsBadHandlesAndLocationsAsReasons) {
   auto other = make_fixture();
   const ResidencyHandle foreign = other.manager->adopt(make_value(1));
-  ResidencyPlanExplanation explanation = manager.explain(ResidencyPlan{"p", {}, {EnsureResident{foreign, CUDA0}}, {}, {}});
+  ResidencyPlanExplanation explanation = manager.explain(ResidencyPlan{"p", {EnsureResident{foreign, CUDA0}}});
   EXPECT_FALSE(explanation.feasible);
   EXPECT_EQ(explanation.actions[0].logical_nbytes, 0);
   EXPECT_NE(explanation.reason->find("belongs to manager"), std::string::npos);
-  explanation = manager.explain(ResidencyPlan{"p", {}, {EnsureResident{a, cuda_location(9)}}, {}, {}});
+  explanation = manager.explain(ResidencyPlan{"p", {EnsureResident{a, cuda_location(9)}}});
   EXPECT_FALSE(explanation.feasible);
   EXPECT_NE(explanation.reason->find("not available"), std::string::npos);
-  explanation = manager.explain(ResidencyPlan{"p", {}, {DiscardValue{a}, EnsureResident{a, CUDA0}}, {}, {}});
+  explanation = manager.explain(ResidencyPlan{"p", {DiscardValue{a}, EnsureResident{a, CUDA0}}});
   EXPECT_FALSE(explanation.feasible);
   EXPECT_EQ(explanation.actions.size(), 2u);
   EXPECT_NE(explanation.reason->find("is discarded"), std::string::npos);
-  EXPECT_THROW(manager.explain(ResidencyPlan{"", {}, {}, {}, {}}), std::invalid_argument);
+  EXPECT_THROW(manager.explain(ResidencyPlan{""}), std::invalid_argument);
 }
 
 TEST_F(PlanFixture, ScopesRunReclaimReservationsEnterBodyExit) {
   manager.move(c, CUDA0);
   ResidencyPlan plan{"attention",
-                     {MoveResident{c, PAGEABLE_HOST, {}}},
                      {MoveResident{a, CUDA0, {}}, MoveResident{b, CUDA0, {}}},
                      {MoveResident{b, PAGEABLE_HOST, {}}},
-                     {MemoryReservation(CUDA0, 128, "activations")}};
+                     {MemoryReservation(CUDA0, 128, "activations")},
+                     {MoveResident{c, PAGEABLE_HOST, {}}}};
   ResidencyScope scope = manager.scope(plan);
   EXPECT_FALSE(scope.active());
   EXPECT_THROW(scope.close(), std::logic_error);
@@ -147,7 +147,7 @@ TEST_F(PlanFixture, ScopesRunReclaimReservationsEnterBodyExit) {
 TEST_F(PlanFixture, StaleDecisionsAreRejectedBeforeAnyChange) {
   const std::uint64_t version = manager.state_version();
   const ResidencyPlanExplanation explanation =
-      manager.explain(ResidencyPlan{"p", {}, {MoveResident{a, CUDA0, {}}}, {}, {}}, version);
+      manager.explain(ResidencyPlan{"p", {MoveResident{a, CUDA0, {}}}}, version);
   EXPECT_TRUE(explanation.feasible);
   manager.move(b, CUDA0);
   try {
@@ -157,8 +157,8 @@ TEST_F(PlanFixture, StaleDecisionsAreRejectedBeforeAnyChange) {
     EXPECT_EQ(error.expected_version(), version);
     EXPECT_EQ(error.actual_version(), manager.state_version());
   }
-  EXPECT_THROW(manager.explain(ResidencyPlan{"p", {}, {}, {}, {}}, version), ResidencyPlanError);
-  ResidencyScope scope = manager.scope(ResidencyPlan{"p", {}, {MoveResident{a, CUDA0, {}}}, {}, {}}, {}, version);
+  EXPECT_THROW(manager.explain(ResidencyPlan{"p"}, version), ResidencyPlanError);
+  ResidencyScope scope = manager.scope(ResidencyPlan{"p", {MoveResident{a, CUDA0, {}}}}, {}, version);
   EXPECT_THROW(scope.enter(), ResidencyStaleStateError);
   EXPECT_FALSE(scope.close().has_value());  // a failed entry consumes the scope
   EXPECT_EQ(resident_at(manager, a), std::vector<ResidencyLocation>{PAGEABLE_HOST});
@@ -205,7 +205,7 @@ TEST_F(PlanFixture, EntryFailuresReleaseAdmittedReservationsInEveryPhase) {
       });
   // enter phase
   ResidencyScope enter_fails = manager.scope(ResidencyPlan{
-      "enter", {}, {MoveResident{a, CUDA0, {}}, EnsureResident{flaky, CUDA0}}, {}, {MemoryReservation(CUDA0, 10, "w")}});
+      "enter", {MoveResident{a, CUDA0, {}}, EnsureResident{flaky, CUDA0}}, {}, {MemoryReservation(CUDA0, 10, "w")}});
   try {
     enter_fails.enter();
     FAIL();
@@ -218,7 +218,7 @@ TEST_F(PlanFixture, EntryFailuresReleaseAdmittedReservationsInEveryPhase) {
   EXPECT_FALSE(enter_fails.close().has_value());
   // reclaim phase
   ResidencyScope reclaim_fails =
-      manager.scope(ResidencyPlan{"reclaim", {EnsureResident{flaky, PAGEABLE_HOST}}, {}, {}, {}});
+      manager.scope(ResidencyPlan{"reclaim", {}, {}, {}, {EnsureResident{flaky, PAGEABLE_HOST}}});
   try {
     reclaim_fails.enter();
     FAIL();
@@ -238,7 +238,7 @@ TEST_F(PlanFixture, ExitFailuresAreKeptWhileTheBodyErrorStaysPrimary) {
         if (fail) throw Flaky("exit load fails");
         return make_value(16);
       });
-  ResidencyScope scope = manager.scope(ResidencyPlan{"body", {}, {MoveResident{a, CUDA0, {}}}, {EnsureResident{lazy, CUDA1}},
+  ResidencyScope scope = manager.scope(ResidencyPlan{"body", {MoveResident{a, CUDA0, {}}}, {EnsureResident{lazy, CUDA1}},
                                                      {MemoryReservation(CUDA0, 16, "tmp")}});
   struct BodyError : std::runtime_error {
     using std::runtime_error::runtime_error;
@@ -258,7 +258,7 @@ TEST_F(PlanFixture, ExitFailuresAreKeptWhileTheBodyErrorStaysPrimary) {
 TEST_F(PlanFixture, AbandonedScopesReleaseReservationsWithoutRunningExit) {
   {
     ResidencyScope scope = manager.scope(
-        ResidencyPlan{"leak", {}, {MoveResident{a, CUDA0, {}}}, {MoveResident{a, PAGEABLE_HOST, {}}},
+        ResidencyPlan{"leak", {MoveResident{a, CUDA0, {}}}, {MoveResident{a, PAGEABLE_HOST, {}}},
                       {MemoryReservation(CUDA0, 16, "tmp")}});
     scope.enter();
   }
@@ -269,9 +269,9 @@ TEST_F(PlanFixture, AbandonedScopesReleaseReservationsWithoutRunningExit) {
 }
 
 TEST_F(PlanFixture, MovedScopesKeepOwnershipAndReassignmentAbandonsTheOldOne) {
-  ResidencyScope first = manager.scope(ResidencyPlan{"first", {}, {}, {}, {MemoryReservation(CUDA0, 16, "a")}});
+  ResidencyScope first = manager.scope(ResidencyPlan{"first", {}, {}, {MemoryReservation(CUDA0, 16, "a")}});
   first.enter();
-  ResidencyScope second = manager.scope(ResidencyPlan{"second", {}, {}, {}, {MemoryReservation(CUDA0, 32, "b")}});
+  ResidencyScope second = manager.scope(ResidencyPlan{"second", {}, {}, {MemoryReservation(CUDA0, 32, "b")}});
   second.enter();
   EXPECT_EQ(location_state(manager, CUDA0).reserved_bytes, 48);
   ResidencyScope moved = std::move(second);
@@ -300,7 +300,7 @@ TEST_F(PlanFixture, FeasibleExplanationsExecuteWithinTheirPredictedPeaks) {
   const std::vector<ResidencyAction> actions{MoveResident{a, CUDA0, {}}, EnsureResident{lazy, CUDA0},
                                              EnsureResident{lazy, CUDA1}, MoveResident{a, CUDA1, {}},
                                              DropResident{lazy, CUDA0}, MoveResident{b, CUDA0, {}}};
-  const ResidencyPlan plan{"mixed", {}, actions, {}, {}};
+  const ResidencyPlan plan{"mixed", actions};
   const ResidencyPlanExplanation explanation = manager.explain(plan);
   ASSERT_TRUE(explanation.feasible) << *explanation.reason;
   manager.execute_actions(actions, "mixed");

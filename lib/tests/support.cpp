@@ -16,7 +16,7 @@ ResidentValue make_view_value(std::int64_t storage_elements, std::int64_t view_e
                                 {"tail", base.narrow(0, storage_elements - view_elements, view_elements)}});
 }
 
-SimulatedFixture make_fixture(std::map<ResidencyLocation, std::int64_t> budgets,
+SimulatedFixture make_fixture(LocationBudgets budgets,
                               harness::SimulatedRuntimeOptions options) {
   auto runtime = std::make_shared<harness::SimulatedRuntime>(std::move(options));
   ManagerOptions manager_options;

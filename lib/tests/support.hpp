@@ -25,7 +25,7 @@ struct SimulatedFixture {
   std::unique_ptr<ResidencyManager> manager;
 };
 
-SimulatedFixture make_fixture(std::map<ResidencyLocation, std::int64_t> budgets = {},
+SimulatedFixture make_fixture(LocationBudgets budgets = {},
                               harness::SimulatedRuntimeOptions options = {});
 
 // Byte accounting of one location in a fresh snapshot; fails the test when absent.

@@ -11,23 +11,22 @@
 
 namespace fhelium::residency::detail {
 
-namespace {
-
-void require_unique_nonempty(const std::vector<ResidencyHandle>& handles, const char* what) {
+std::vector<ResidencyHandle> unique_handles(const std::vector<ResidencyHandle>& handles, const char* what) {
   if (handles.empty()) throw std::invalid_argument(std::string(what) + " needs at least one handle");
-  // Most requests are small, where a pairwise scan beats hashing strings.
+  for (const auto& handle : handles) validate_handle(handle);
+  // As in the reference, repeats collapse onto the first occurrence. Most
+  // requests are small, where a pairwise scan beats hashing strings.
   constexpr std::size_t scan_limit = 32;
+  std::vector<ResidencyHandle> unique;
+  unique.reserve(handles.size());
   std::unordered_set<ResidencyHandle> seen;
-  for (auto it = handles.begin(); it != handles.end(); ++it) {
-    const bool repeated = handles.size() <= scan_limit ? std::find(handles.begin(), it, *it) != it
-                                                       : !seen.insert(*it).second;
-    if (repeated) {
-      throw std::invalid_argument(std::string(what) + " got handle '" + it->handle_id + "' more than once");
-    }
+  for (const auto& handle : handles) {
+    const bool repeated = handles.size() <= scan_limit ? std::find(unique.begin(), unique.end(), handle) != unique.end()
+                                                       : !seen.insert(handle).second;
+    if (!repeated) unique.push_back(handle);
   }
+  return unique;
 }
-
-}  // namespace
 
 std::vector<ValueRecord*> ManagerCore::resident_records_locked(const std::vector<ResidencyHandle>& handles,
                                                                const ResidencyLocation& at) {
@@ -46,15 +45,14 @@ std::vector<ValueRecord*> ManagerCore::resident_records_locked(const std::vector
 
 std::uint64_t ManagerCore::acquire(const std::vector<ResidencyHandle>& handles, const ResidencyLocation& at,
                                    const std::optional<c10::Stream>& consumer_stream) {
-  require_unique_nonempty(handles, "acquire");
   StateAccess access(*this);
   require_open_locked();
   runtime_->check_location(at);
   if (at.is_cuda() && !consumer_stream) {
     throw std::invalid_argument("a lease at " + at.name() + " needs an explicit consumer stream");
   }
+  reap_locked();  // before the stream check, as in the reference
   if (consumer_stream) runtime_->check_stream(at, *consumer_stream);
-  reap_locked();
   std::vector<ValueRecord*> records = resident_records_locked(handles, at);
   for (ValueRecord* record : records) record->at(at)->use_count += 1;
   const std::uint64_t token = next_token_++;
@@ -66,7 +64,6 @@ std::uint64_t ManagerCore::acquire(const std::vector<ResidencyHandle>& handles, 
 }
 
 std::uint64_t ManagerCore::hold(const std::vector<ResidencyHandle>& handles, const ResidencyLocation& at) {
-  require_unique_nonempty(handles, "hold");
   StateAccess access(*this);
   require_open_locked();
   runtime_->check_location(at);
@@ -86,7 +83,8 @@ std::uint64_t ManagerCore::reserve(const ResidencyLocation& location, std::int64
   }
   StateAccess access(*this);
   require_open_locked();
-  reap_locked();
+  // No reaping here: the reference's reserve() leaves completed pending leases
+  // for the next transition, so state_version moves at the same calls.
   return reserve_locked(location, nbytes, label);  // checks the location first
 }
 

@@ -41,6 +41,9 @@ ManagerCore::ManagerCore(ManagerOptions options)
       throw std::invalid_argument("budget for " + location.name() + " must be non-negative, got " +
                                   std::to_string(budget));
     }
+    if (ledger_.find(location) != nullptr) {
+      throw std::invalid_argument("ManagerOptions budgets list " + location.name() + " more than once");
+    }
     ledger_.add_budget(location, budget);
   }
 }
@@ -50,7 +53,8 @@ ManagerCore::StateAccess::StateAccess(ManagerCore& core) : core_(core) {
   for (;;) {
     if (core_.loading_) {
       throw ResidencyReentrancyError("residency manager '" + core_.manager_id_ +
-                                     "' rejects calls while a source load() is running");
+                                     "' rejects calls while a source callback is active (a source load() is "
+                                     "running)");
     }
     if (core_.busy_ && core_.owner_ == std::this_thread::get_id()) {
       throw ResidencyReentrancyError("residency manager '" + core_.manager_id_ +

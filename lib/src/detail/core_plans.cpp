@@ -18,6 +18,27 @@ void require_plan_name(const std::string& name) {
   }
 }
 
+void require_valid_actions(const std::vector<ResidencyAction>& actions) {
+  for (const auto& action : actions) validate_handle(action_handle(action));
+}
+
+// Argument checks of a whole plan, before the state lock: a malformed plan is
+// rejected without reaping, registering or bumping anything.
+void require_valid_plan(const ResidencyPlan& plan) {
+  require_plan_name(plan.name);
+  for (const auto* list : {&plan.reclaim, &plan.enter, &plan.exit}) require_valid_actions(*list);
+  for (const auto& reservation : plan.reservations) {
+    // MemoryReservation checks these on construction; its fields are public.
+    if (reservation.nbytes < 0) {
+      throw std::invalid_argument("reservation '" + reservation.label + "' of plan '" + plan.name +
+                                  "' has negative nbytes " + std::to_string(reservation.nbytes));
+    }
+    if (reservation.label.find_first_not_of(" \t\r\n") == std::string::npos) {
+      throw std::invalid_argument("a reservation of plan '" + plan.name + "' has an empty label");
+    }
+  }
+}
+
 std::string current_error_text() {
   try {
     throw;
@@ -80,7 +101,7 @@ std::optional<c10::Stream> ManagerCore::stream_for(const ResidencyAction& action
 }
 
 ResidencyPlanExplanation ManagerCore::explain(const ResidencyPlan& plan, std::optional<std::uint64_t> expected) {
-  require_plan_name(plan.name);
+  require_valid_plan(plan);
   StateAccess access(*this);
   require_open_locked();
   require_expected_version_locked(expected);
@@ -91,6 +112,7 @@ ResidencyPlanReport ManagerCore::execute_actions(const std::vector<ResidencyActi
                                                  const TransferStreams& streams,
                                                  std::optional<std::uint64_t> expected) {
   require_plan_name(name);
+  require_valid_actions(actions);
   StateAccess access(*this);
   require_open_locked();
   reap_locked();
@@ -119,7 +141,7 @@ ResidencyPlanReport ManagerCore::execute_actions(const std::vector<ResidencyActi
 
 ScopeEntry ManagerCore::enter_scope(const ResidencyPlan& plan, const TransferStreams& streams,
                                     std::optional<std::uint64_t> expected) {
-  require_plan_name(plan.name);
+  require_valid_plan(plan);
   StateAccess access(*this);
   require_open_locked();
   reap_locked();
@@ -175,6 +197,7 @@ ResidencyPlanReport ManagerCore::exit_scope(const ResidencyPlan& plan, const Tra
     for (auto it = reservation_tokens.rbegin(); it != reservation_tokens.rend(); ++it) release_reservation_locked(*it);
   });
   require_open_locked();
+  reap_locked();  // the reference reaps at the start of every scope exit
   for (std::size_t index = 0; index < plan.exit.size(); ++index) {
     try {
       transitions.push_back(execute_action_locked(plan.exit[index], stream_for(plan.exit[index], streams)));

@@ -18,6 +18,7 @@ std::string value_name(const ValueRecord& record) {
 
 ResidencyHandle ManagerCore::adopt(ResidentValue value, std::optional<ResidencyLocation> at,
                                    ReplicaMode replica_mode) {
+  validate(replica_mode, "adopt replica_mode");
   StateAccess access(*this);
   require_open_locked();
   reap_locked();
@@ -45,6 +46,7 @@ ResidencyHandle ManagerCore::adopt(ResidentValue value, std::optional<ResidencyL
 ResidencyHandle ManagerCore::register_source(ResidencyValueSpec spec, std::shared_ptr<ResidencySource> source,
                                              ResidencyLocation source_location) {
   if (!source) throw std::invalid_argument("register_source needs a non-null ResidencySource");
+  spec.validate();  // its fields are public and may have changed since construction
   if (spec.recoverability != Recoverability::reconstructible) {
     throw std::invalid_argument("a registered ResidencySource requires a RECONSTRUCTIBLE spec");
   }
@@ -60,6 +62,7 @@ ResidencyHandle ManagerCore::register_source(ResidencyValueSpec spec, std::share
 
 ResidencyTransitionReport ManagerCore::run_action(const ResidencyAction& action,
                                                   const std::optional<c10::Stream>& stream) {
+  validate_handle(action_handle(action));
   StateAccess access(*this);
   require_open_locked();
   return execute_action_locked(action, stream);
@@ -123,8 +126,8 @@ void ManagerCore::ensure_locked(ValueRecord& record, const EnsureResident& actio
     return;
   }
   if (record.spec.replica_mode == ReplicaMode::exclusive && !record.materializations.empty()) {
-    throw ResidencyOwnershipError("ensure would replicate EXCLUSIVE " + value_name(record) + " at " +
-                                  action.location.name() + "; use move");
+    throw ResidencyOwnershipError("EnsureResident would replicate EXCLUSIVE " + value_name(record) + " at " +
+                                  action.location.name() + "; use MoveResident");
   }
   TransferSource from = resolve_transfer_source_locked(record);
   source = from.location;
@@ -137,7 +140,7 @@ void ManagerCore::move_locked(ValueRecord& record, const MoveResident& action,
   std::optional<ResidencyLocation> chosen;
   if (action.from_location) {
     if (record.at(*action.from_location) == nullptr) {
-      throw ResidencyUnavailableError("explicit move source " + action.from_location->name() + " of " +
+      throw ResidencyUnavailableError("Explicit source " + action.from_location->name() + " of " +
                                       value_name(record) + " is not resident");
     }
     chosen = action.from_location;
@@ -146,6 +149,9 @@ void ManagerCore::move_locked(ValueRecord& record, const MoveResident& action,
   }
   if (record.at(action.to) != nullptr) {
     if (!chosen || *chosen == action.to) {
+      // As in the reference, an explicit source equal to the destination is
+      // reported as the source; an implicit one has none.
+      source = chosen;
       no_op_reason = "destination already owns the selected replica";
       return;
     }
@@ -294,7 +300,8 @@ TransferSource ManagerCore::resolve_transfer_source_locked(ValueRecord& record) 
 void ManagerCore::validate_materialization_locked(const ResidencyValueSpec& spec, const ResidentValue& value,
                                                   const ResidencyLocation& location) const {
   if (value.type_name() != spec.value_type) {
-    throw ResidencyMaterializationError("expected a " + spec.value_type + " value, got " + value.type_name());
+    throw ResidencyMaterializationError("Expected " + spec.value_type + ", got " + value.type_name() +
+                                        " (a source or copy returned the wrong value type)");
   }
   if (!runtime_->occupies(value, location)) {
     const auto actual = runtime_->locate(value);
@@ -303,14 +310,14 @@ void ManagerCore::validate_materialization_locked(const ResidencyValueSpec& spec
                                         ", not at " + location.name());
   }
   if (value.logical_nbytes() != spec.logical_nbytes) {
-    throw ResidencyMaterializationError("logical payload size mismatch for " + spec.value_type +
+    throw ResidencyMaterializationError("Logical payload size mismatch for " + spec.value_type +
                                         ": expected=" + std::to_string(spec.logical_nbytes) +
                                         ", actual=" + std::to_string(value.logical_nbytes()));
   }
   const std::int64_t actual_storage = std::max(value.logical_nbytes(), value.storage_nbytes());
   if (actual_storage > spec.storage_nbytes) {
-    throw ResidencyMaterializationError("backing storage of " + spec.value_type + " exceeds its registered charge: " +
-                                        "charge=" + std::to_string(spec.storage_nbytes) +
+    throw ResidencyMaterializationError("Backing-storage charge mismatch: registered charge exceeded by " +
+                                        spec.value_type + "; charge=" + std::to_string(spec.storage_nbytes) +
                                         ", actual=" + std::to_string(actual_storage));
   }
 }

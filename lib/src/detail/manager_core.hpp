@@ -66,6 +66,11 @@ struct ScopeEntry {
   std::int64_t started_at_ns = 0;
 };
 
+// `handles` without repeats, first occurrences in order (the reference's
+// lifetime normalization). Throws std::invalid_argument naming `what` for an
+// empty list or a malformed handle.
+std::vector<ResidencyHandle> unique_handles(const std::vector<ResidencyHandle>& handles, const char* what);
+
 class ManagerCore {
  public:
   explicit ManagerCore(ManagerOptions options);
@@ -100,7 +105,7 @@ class ManagerCore {
                                  std::vector<ResidencyTransitionReport> transitions, std::int64_t started_at_ns);
   void abandon_scope(const std::vector<std::uint64_t>& reservation_tokens, const std::string& plan_name) noexcept;
 
-  // Lifetimes (core_lifetimes.cpp).
+  // Lifetimes (core_lifetimes.cpp). `handles` come from unique_handles().
   std::uint64_t acquire(const std::vector<ResidencyHandle>& handles, const ResidencyLocation& at,
                         const std::optional<c10::Stream>& consumer_stream);
   std::uint64_t hold(const std::vector<ResidencyHandle>& handles, const ResidencyLocation& at);

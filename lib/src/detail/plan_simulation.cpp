@@ -176,15 +176,19 @@ ResidencyPlanExplanation ManagerCore::explain_locked(const std::string& name,
     };
 
     if (simulation.discarded.count(&record) != 0) {
-      reason = "value '" + record.handle.handle_id + "' is discarded";
-    } else if (const auto* ensure = std::get_if<EnsureResident>(&action)) {
+      // Discarded earlier in this plan: reported like an unknown handle, with
+      // no bytes, source or destination (the reference's failed explanation).
+      return ResidencyActionExplanation(action, false, false, std::nullopt, std::nullopt, 0, 0,
+                                        "value '" + record.handle.handle_id + "' is discarded");
+    }
+    if (const auto* ensure = std::get_if<EnsureResident>(&action)) {
       destination = ensure->location;
       reason = simulation.prepare(ensure->location);
       if (!reason && contains(locations, ensure->location)) {
         no_op = true;
         reason = "destination already resident";
       } else if (!reason && spec.replica_mode == ReplicaMode::exclusive && !locations.empty()) {
-        reason = "ensure would replicate an EXCLUSIVE value";
+        reason = "EnsureResident would replicate an EXCLUSIVE value; use MoveResident";
       } else if (!reason) {
         source = locations.empty() ? (record.source ? record.source_location : std::nullopt)
                                    : first_in_order(locations, std::nullopt);
@@ -206,13 +210,14 @@ ResidencyPlanExplanation ManagerCore::explain_locked(const std::string& name,
         }
       } else if (!reason && !locations.empty()) {
         source = first_in_order(locations, move->to);
-      } else if (!reason) {
+      } else {
+        // Also reached when the destination is invalid: the reference then
+        // reports the registered source location (if any) as the source.
         source = record.source ? record.source_location : std::nullopt;
       }
       if (!reason && contains(locations, move->to)) {
         if (!source || *source == move->to) {
-          no_op = true;
-          source.reset();
+          no_op = true;  // an explicit source equal to the destination stays reported
           reason = "destination already owns the selected replica";
         } else if (protected_at(*source)) {
           reason = "source " + source->name() + " is protected";

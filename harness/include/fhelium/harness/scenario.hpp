@@ -128,7 +128,7 @@ struct Scenario {
   std::uint64_t seed = 1;
   // Canary: the replay must fail with a message containing this text.
   std::optional<std::string> must_fail;
-  std::map<ResidencyLocation, std::int64_t> budgets;
+  residency::LocationBudgets budgets;  // in the file's order
   std::int64_t trace_capacity = 4096;
   std::string runtime = "simulated";        // simulated | torch
   int cuda_devices = 2;

@@ -43,8 +43,11 @@ struct SimulatedRuntimeOptions {
   bool can_pin = true;
   // Modelled copy cost onto a CUDA device, in virtual nanoseconds per MiB; 0 = instant.
   std::int64_t copy_ns_per_mib = 0;
-  // Virtual time at construction.
-  std::int64_t start_ns = 0;
+  // Virtual time at construction: by default a fixed, positive Unix-like
+  // epoch (2023-11-14T22:13:20Z), so snapshot and report timestamps look like
+  // the reference's time_ns() values while staying deterministic.
+  static constexpr std::int64_t default_start_ns = 1'700'000'000'000'000'000;
+  std::int64_t start_ns = default_start_ns;
 };
 
 class SimulatedRuntime final : public residency::DeviceRuntime {

@@ -13,6 +13,8 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace fhelium::residency {
 
@@ -66,6 +68,10 @@ inline const ResidencyLocation PINNED_HOST{ResidencyLocationKind::pinned_host};
 
 // Location of CUDA device `index`. Throws std::invalid_argument outside 0..127.
 ResidencyLocation cuda_location(int index);
+
+// Byte counts per location in the caller's order, such as strict budgets:
+// (location, bytes) pairs. Users of this type reject a location listed twice.
+using LocationBudgets = std::vector<std::pair<ResidencyLocation, std::int64_t>>;
 
 }  // namespace fhelium::residency
 

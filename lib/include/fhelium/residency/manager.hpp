@@ -27,6 +27,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "fhelium/residency/lease.hpp"
@@ -44,8 +45,10 @@ class ResidentValue;
 using TransferStreams = std::map<ResidencyLocation, c10::Stream>;
 
 struct ManagerOptions {
-  // Strict byte limits; these locations are registered first, in this order.
-  std::map<ResidencyLocation, std::int64_t> budgets;
+  // Strict byte limits; these locations are registered first, in the order
+  // listed here (as the reference registers its budget mapping). A location
+  // listed twice is an argument error.
+  LocationBudgets budgets;
   // Transition reports kept by trace(); 0 disables the trace.
   std::int64_t trace_capacity = 4096;
   // Device runtime; default_runtime() when null.
@@ -57,8 +60,9 @@ struct ManagerOptions {
 
 class ResidencyManager {
  public:
-  // Throws std::invalid_argument for a negative budget or trace capacity or a
-  // budgeted CUDA location the runtime does not have.
+  // Throws std::invalid_argument for a negative budget or trace capacity, a
+  // location budgeted twice, or a budgeted CUDA location the runtime does not
+  // have.
   explicit ResidencyManager(ManagerOptions options = {});
   ResidencyManager(const ResidencyManager&) = delete;
   ResidencyManager& operator=(const ResidencyManager&) = delete;

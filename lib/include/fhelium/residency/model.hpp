@@ -25,6 +25,11 @@ enum class Recoverability { reconstructible, must_preserve };
 std::string_view to_string(ReplicaMode mode) noexcept;          // "replicable" | "exclusive"
 std::string_view to_string(Recoverability recoverability) noexcept;  // "reconstructible" | "must-preserve"
 
+// Throw std::invalid_argument for a value outside the enumerators (as a cast
+// from a binding or a deserialiser can produce), naming `what`.
+void validate(ReplicaMode mode, std::string_view what);
+void validate(Recoverability recoverability, std::string_view what);
+
 struct ResidencyHandle {
   std::string manager_id;
   std::string handle_id;
@@ -32,6 +37,11 @@ struct ResidencyHandle {
 
   friend bool operator==(const ResidencyHandle&, const ResidencyHandle&) = default;
 };
+
+// Throws std::invalid_argument when a field of `handle` is empty or only
+// whitespace: such a handle was never issued by any manager (the reference
+// rejects it on construction). Managers call this wherever they accept one.
+void validate_handle(const ResidencyHandle& handle);
 
 // Immutable storage specification. logical_nbytes is the payload size;
 // storage_nbytes is the fixed charge debited at every location the value is
@@ -43,10 +53,15 @@ struct ResidencyValueSpec {
   ReplicaMode replica_mode = ReplicaMode::exclusive;
   Recoverability recoverability = Recoverability::must_preserve;
 
-  // Throws std::invalid_argument for an empty type, negative bytes, or
-  // storage_nbytes < logical_nbytes.
+  // Throws std::invalid_argument for an empty or whitespace-only type,
+  // negative bytes, storage_nbytes < logical_nbytes, or an enum value outside
+  // its enumerators.
   ResidencyValueSpec(std::string value_type, std::int64_t logical_nbytes, std::int64_t storage_nbytes,
                      ReplicaMode replica_mode, Recoverability recoverability);
+
+  // The constructor's checks, for a spec whose public fields were changed
+  // afterwards; register_source() calls it.
+  void validate() const;
 
   friend bool operator==(const ResidencyValueSpec&, const ResidencyValueSpec&) = default;
 };

@@ -66,12 +66,16 @@ struct MemoryReservation {
   friend bool operator==(const MemoryReservation&, const MemoryReservation&) = default;
 };
 
+// Members follow the reference's positional order (name, enter, exit,
+// reservations, reclaim), so `ResidencyPlan{"p", enter, exit}` means what the
+// same positional call means in Python. Execution order is still reclaim ->
+// reservations -> enter (scope entry), then exit (scope close).
 struct ResidencyPlan {
   std::string name;  // non-empty; checked when the plan is used
-  std::vector<ResidencyAction> reclaim;
-  std::vector<ResidencyAction> enter;
-  std::vector<ResidencyAction> exit;
-  std::vector<MemoryReservation> reservations;
+  std::vector<ResidencyAction> enter = {};
+  std::vector<ResidencyAction> exit = {};
+  std::vector<MemoryReservation> reservations = {};
+  std::vector<ResidencyAction> reclaim = {};
 };
 
 }  // namespace fhelium::residency
