@@ -23,30 +23,46 @@ ScenarioError::ScenarioError(std::string file, int line, int column, const std::
       column_(column) {}
 
 std::int64_t parse_size(const std::string& text) {
-  const auto invalid = [&] {
-    return std::invalid_argument("malformed size '" + text + "': expected a byte count such as 4096, 64KiB or 1.5MiB");
+  const auto invalid = [&](const std::string& why) {
+    return std::invalid_argument("malformed size '" + text + "': " + why);
   };
+  const std::string expected = "expected a byte count such as 4096, 64KiB or 1.5MiB";
+  // Exact integer arithmetic: sizes near INT64_MAX must read back exactly.
   std::size_t end = 0;
-  while (end < text.size() && (std::isdigit(static_cast<unsigned char>(text[end])) || text[end] == '.')) ++end;
-  if (end == 0) throw invalid();
-  double number = 0;
-  try {
-    std::size_t used = 0;
-    number = std::stod(text.substr(0, end), &used);
-    if (used != end) throw invalid();
-  } catch (const std::logic_error&) {
-    throw invalid();
+  __int128 whole = 0;
+  constexpr __int128 limit = std::numeric_limits<std::int64_t>::max();
+  while (end < text.size() && std::isdigit(static_cast<unsigned char>(text[end]))) {
+    whole = whole * 10 + (text[end] - '0');
+    if (whole > limit) throw invalid("it does not fit in a signed 64-bit byte count (at most 9223372036854775807)");
+    ++end;
+  }
+  if (end == 0) throw invalid(expected);
+  __int128 fraction = 0;
+  __int128 scale = 1;
+  if (end < text.size() && text[end] == '.') {
+    ++end;
+    const std::size_t first = end;
+    while (end < text.size() && std::isdigit(static_cast<unsigned char>(text[end]))) {
+      if (end - first >= 18) throw invalid("too many fractional digits");
+      fraction = fraction * 10 + (text[end] - '0');
+      scale *= 10;
+      ++end;
+    }
+    if (end == first) throw invalid(expected);
   }
   std::string unit = text.substr(end);
   unit.erase(0, unit.find_first_not_of(' '));
-  static const std::map<std::string, double> units{{"", 1},           {"B", 1},
-                                                   {"KB", 1e3},       {"MB", 1e6},
-                                                   {"GB", 1e9},       {"KiB", 1024.0},
-                                                   {"MiB", 1048576.0}, {"GiB", 1073741824.0}};
+  static const std::map<std::string, std::int64_t> units{
+      {"", 1},           {"B", 1},           {"KB", 1000},          {"MB", 1000000}, {"GB", 1000000000},
+      {"TB", 1000000000000}, {"KiB", 1024}, {"MiB", 1048576}, {"GiB", 1073741824}, {"TiB", 1099511627776}};
   const auto found = units.find(unit);
-  if (found == units.end()) throw invalid();
-  const double bytes = number * found->second;
-  if (bytes != std::floor(bytes) || bytes > 9.0e18) throw invalid();
+  if (found == units.end()) {
+    throw invalid("unknown unit '" + unit + "' (use B, KB, MB, GB, TB, KiB, MiB, GiB or TiB)");
+  }
+  const __int128 multiplier = found->second;
+  if ((fraction * multiplier) % scale != 0) throw invalid("it is not a whole number of bytes");
+  const __int128 bytes = whole * multiplier + fraction * multiplier / scale;
+  if (bytes > limit) throw invalid("it does not fit in a signed 64-bit byte count (at most 9223372036854775807)");
   return static_cast<std::int64_t>(bytes);
 }
 

@@ -1,6 +1,8 @@
 // Scenario loading: sizes, the typed model, and located errors for bad files.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "fhelium/harness/scenario_loader.hpp"
 
 namespace fhelium::harness {
@@ -16,8 +18,38 @@ TEST(ParseSize, AcceptsUnitsAndRejectsGarbage) {
   EXPECT_EQ(parse_size("1.5MiB"), 1572864);
   EXPECT_EQ(parse_size("2GB"), 2000000000);
   EXPECT_EQ(parse_size("10 B"), 10);
-  for (const char* bad : {"", "KiB", "4KB1", "1.3B", "-4", "4 TiB", "1e3", "0x10"}) {
+  EXPECT_EQ(parse_size("140GiB"), 140LL << 30);
+  EXPECT_EQ(parse_size("2TiB"), 2LL << 40);
+  for (const char* bad : {"", "KiB", "4KB1", "1.3B", "-4", "4 PiB", "1e3", "0x10", "1.", ".5KiB"}) {
     EXPECT_THROW(parse_size(bad), std::invalid_argument) << bad;
+  }
+}
+
+TEST(ParseSize, IsExactUpToTheLargestInt64AndRejectsWhatDoesNotFit) {
+  // Through a double these read back rounded; they must be exact.
+  EXPECT_EQ(parse_size("4000000000000000008"), 4000000000000000008LL);
+  EXPECT_EQ(parse_size("9223372036854775807"), std::numeric_limits<std::int64_t>::max());
+  EXPECT_EQ(parse_size("1.25GiB"), 1342177280LL);
+  EXPECT_EQ(parse_size("0.5KiB"), 512);
+  for (const char* too_big : {"9223372036854775808", "99999999999999999999999", "8589934592GiB", "9.3EB"}) {
+    try {
+      parse_size(too_big);
+      ADD_FAILURE() << too_big << " was accepted";
+    } catch (const std::invalid_argument& error) {
+      const std::string message = error.what();
+      if (std::string(too_big) != "9.3EB") {
+        EXPECT_NE(message.find("does not fit in a signed 64-bit byte count"), std::string::npos) << message;
+      }
+    }
+  }
+  // A size that does not fit is a located load error.
+  try {
+    parse_scenario("name: x\nvalues:\n  a: {bytes: 9223372036854775808, adopt_at: pageable-host}\nsteps: []\n",
+                   "huge.yaml");
+    ADD_FAILURE() << "a size past INT64_MAX loaded";
+  } catch (const ScenarioError& error) {
+    EXPECT_EQ(error.line(), 3);
+    EXPECT_NE(std::string(error.what()).find("does not fit"), std::string::npos) << error.what();
   }
 }
 

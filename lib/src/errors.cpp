@@ -1,5 +1,7 @@
 #include "fhelium/residency/errors.hpp"
 
+#include <limits>
+
 namespace fhelium::residency {
 
 namespace {
@@ -32,7 +34,24 @@ std::string execution_message(const std::string& plan_name, PlanPhase phase,
 ResidencyBudgetError::ResidencyBudgetError(ResidencyLocation location, std::int64_t budget_bytes,
                                            std::int64_t used_bytes, std::int64_t reserved_bytes,
                                            std::int64_t requested_bytes)
-    : ResidencyError(budget_message(location, budget_bytes, used_bytes, reserved_bytes, requested_bytes)),
+    : ResidencyBudgetError(budget_message(location, budget_bytes, used_bytes, reserved_bytes, requested_bytes),
+                           location, budget_bytes, used_bytes, reserved_bytes, requested_bytes) {}
+
+ResidencyBudgetError ResidencyBudgetError::unrepresentable(ResidencyLocation location, std::int64_t used_bytes,
+                                                           std::int64_t reserved_bytes, std::int64_t requested_bytes) {
+  constexpr std::int64_t limit = std::numeric_limits<std::int64_t>::max();
+  return ResidencyBudgetError("residency charge at " + location.name() +
+                                  " would exceed the largest representable byte count (" + std::to_string(limit) +
+                                  "): used_bytes=" + std::to_string(used_bytes) +
+                                  ", reserved_bytes=" + std::to_string(reserved_bytes) +
+                                  ", requested_bytes=" + std::to_string(requested_bytes),
+                              location, limit, used_bytes, reserved_bytes, requested_bytes);
+}
+
+ResidencyBudgetError::ResidencyBudgetError(std::string message, ResidencyLocation location,
+                                           std::int64_t budget_bytes, std::int64_t used_bytes,
+                                           std::int64_t reserved_bytes, std::int64_t requested_bytes)
+    : ResidencyError(message),
       location_(location),
       budget_bytes_(budget_bytes),
       used_bytes_(used_bytes),

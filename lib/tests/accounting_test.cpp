@@ -1,6 +1,8 @@
 // Budgets, reservations and peaks at the edges.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "support.hpp"
 
 namespace fhelium::residency {
@@ -144,6 +146,61 @@ TEST(Snapshot, CountsMatchEntriesAndCudaLocationsCarryAllocatorMetrics) {
   EXPECT_EQ(snapshot.manager_id, manager.manager_id());
   EXPECT_EQ(snapshot.values.size(), 2u);
   EXPECT_EQ(snapshot.values[0].handle, a);  // registration order
+}
+
+
+// Byte counts never overflow: a charge that would push used + reserved past
+// INT64_MAX is refused like a budget, before any change, with or without a
+// budget, in execution as in explain.
+TEST(Budget, ChargesPastTheLargestInt64AreRefusedBeforeAnyChange) {
+  constexpr std::int64_t huge = 4'000'000'000'000'000'000;
+  constexpr std::int64_t limit = std::numeric_limits<std::int64_t>::max();
+  for (const bool budgeted : {false, true}) {
+    auto fixture = budgeted ? make_fixture({{PAGEABLE_HOST, limit}}) : make_fixture();
+    ResidencyManager& manager = *fixture.manager;
+    ResidencyReservation first = manager.reserve(PAGEABLE_HOST, huge, "first");
+    ResidencyReservation second = manager.reserve(PAGEABLE_HOST, huge, "second");
+    try {
+      manager.reserve(PAGEABLE_HOST, huge, "third");
+      FAIL() << "a third reservation overflowed silently";
+    } catch (const ResidencyBudgetError& error) {
+      EXPECT_EQ(error.location(), PAGEABLE_HOST);
+      EXPECT_EQ(error.budget_bytes(), limit);
+      EXPECT_EQ(error.reserved_bytes(), 2 * huge);
+      EXPECT_EQ(error.requested_bytes(), huge);
+      const std::string message = error.what();
+      EXPECT_NE(message.find(budgeted ? "budget exceeded" : "largest representable byte count"), std::string::npos)
+          << message;
+    }
+    // A reconstruction's temporary charge is checked the same way, before the load.
+    int loads = 0;
+    const ResidencyHandle lazy = manager.register_source(
+        ResidencyValueSpec("Blob", 16, huge, ReplicaMode::replicable, Recoverability::reconstructible), [&] {
+          ++loads;
+          return make_value(4);
+        });
+    const ResidencySnapshot registered = manager.snapshot();
+    EXPECT_THROW(manager.ensure(lazy, CUDA0), ResidencyBudgetError);
+    EXPECT_EQ(loads, 0);
+    ResidencySnapshot after = manager.snapshot();
+    after.captured_at_ns = registered.captured_at_ns;
+    EXPECT_EQ(after, registered);
+
+    // Explain predicts the same refusal instead of wrapping around.
+    const ResidencyPlan plan{"three", {}, {}, {MemoryReservation(PAGEABLE_HOST, huge, "third")}};
+    const ResidencyPlanExplanation explanation = manager.explain(plan);
+    EXPECT_FALSE(explanation.feasible);
+    EXPECT_NE(explanation.reason.value_or("").find(budgeted ? "exceeds budget" : "largest representable"),
+              std::string::npos)
+        << explanation.reason.value_or("");
+    EXPECT_EQ(explanation.predicted_peak(PAGEABLE_HOST), 2 * huge);
+    ResidencyScope scope = manager.scope(plan);
+    EXPECT_THROW(scope.enter(), ResidencyPlanError);
+    first.release();
+    second.release();
+    EXPECT_EQ(location_state(manager, PAGEABLE_HOST).reserved_bytes, 0);
+    EXPECT_EQ(location_state(manager, PAGEABLE_HOST).peak_charged_bytes, 2 * huge);
+  }
 }
 
 }  // namespace

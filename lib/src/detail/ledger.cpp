@@ -1,6 +1,7 @@
 #include "detail/ledger.hpp"
 
 #include <algorithm>
+#include <limits>
 
 #include "detail/check.hpp"
 #include "fhelium/residency/errors.hpp"
@@ -34,8 +35,18 @@ LocationAccount& LocationLedger::account(const ResidencyLocation& location) {
 }
 
 void LocationLedger::check_admission(const ResidencyLocation& location, std::int64_t bytes) const {
+  FHELIUM_CHECK(bytes >= 0, "negative charge requested");
   const LocationAccount* state = find(location);
-  if (state == nullptr || !state->budget_bytes) return;
+  if (state == nullptr) return;
+  if (!state->budget_bytes) {
+    // Admitted charges never exceed INT64_MAX in total, so this cannot overflow.
+    const std::int64_t charged = state->used_bytes + state->reserved_bytes;
+    if (bytes > std::numeric_limits<std::int64_t>::max() - charged) {
+      throw ResidencyBudgetError::unrepresentable(location, state->used_bytes, state->reserved_bytes, bytes);
+    }
+    return;
+  }
+  // A budget is at most INT64_MAX, so passing it also keeps the sum representable.
   if (bytes > *state->remaining_bytes()) {
     throw ResidencyBudgetError(location, *state->budget_bytes, state->used_bytes, state->reserved_bytes, bytes);
   }

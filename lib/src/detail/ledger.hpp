@@ -36,7 +36,8 @@ class LocationLedger {
   const LocationAccount* find(const ResidencyLocation& location) const;
 
   // Throws ResidencyBudgetError when admitting `bytes` more would exceed the
-  // budget of `location`. Unbudgeted and unregistered locations always admit.
+  // budget of `location`, or would push its used + reserved bytes past
+  // INT64_MAX (budgeted or not). Unregistered locations always admit.
   void check_admission(const ResidencyLocation& location, std::int64_t bytes) const;
 
   // Charges of a registered location. Removing more than was added is a bug.

@@ -46,11 +46,22 @@ class Simulation {
   std::optional<std::string> add(const ResidencyLocation& location, std::int64_t bytes, bool temporary) {
     if (auto reason = prepare(location)) return reason;
     SimulatedAccount& state = account(location);
-    const std::int64_t total = state.used_bytes + state.reserved_bytes + bytes;
+    std::int64_t total = 0;
+    const std::string over_budget = "transition exceeds budget at " + location.name();
+    if (!charged_after(state, bytes, total)) return state.budget_bytes ? over_budget : unrepresentable(location);
     state.peak_bytes = std::max(state.peak_bytes, total);
-    if (state.budget_bytes && total > *state.budget_bytes) return "transition exceeds budget at " + location.name();
+    if (state.budget_bytes && total > *state.budget_bytes) return over_budget;
     if (!temporary) state.used_bytes += bytes;
     return std::nullopt;
+  }
+
+  // used + reserved + `bytes` into `total`; false when that exceeds INT64_MAX.
+  // Every simulated charge is checked here, so the sum of the others fits.
+  static bool charged_after(const SimulatedAccount& state, std::int64_t bytes, std::int64_t& total) {
+    return !__builtin_add_overflow(state.used_bytes + state.reserved_bytes, bytes, &total);
+  }
+  static std::string unrepresentable(const ResidencyLocation& location) {
+    return "charge at " + location.name() + " would exceed the largest representable byte count (INT64_MAX)";
   }
 
   std::vector<ResidencyLocation>& locations_of(ValueRecord& record) {
@@ -136,12 +147,17 @@ ResidencyPlanExplanation ManagerCore::explain_locked(const std::string& name,
     for (const auto& reservation : reservations) {
       if (auto reason = simulation.prepare(reservation.location)) return reason;
       SimulatedAccount& state = simulation.account(reservation.location);
-      state.reserved_bytes += reservation.nbytes;
-      const std::int64_t total = state.used_bytes + state.reserved_bytes;
-      state.peak_bytes = std::max(state.peak_bytes, total);
-      if (state.budget_bytes && total > *state.budget_bytes) {
-        return "reservation '" + reservation.label + "' exceeds budget at " + reservation.location.name();
+      std::int64_t total = 0;
+      const std::string over_budget =
+          "reservation '" + reservation.label + "' exceeds budget at " + reservation.location.name();
+      if (!Simulation::charged_after(state, reservation.nbytes, total)) {
+        return state.budget_bytes ? over_budget
+                                  : "reservation '" + reservation.label + "': " +
+                                        Simulation::unrepresentable(reservation.location);
       }
+      state.reserved_bytes += reservation.nbytes;
+      state.peak_bytes = std::max(state.peak_bytes, total);
+      if (state.budget_bytes && total > *state.budget_bytes) return over_budget;
     }
     return std::nullopt;
   };

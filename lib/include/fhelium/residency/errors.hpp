@@ -42,6 +42,11 @@ class ResidencyBudgetError : public ResidencyError {
  public:
   ResidencyBudgetError(ResidencyLocation location, std::int64_t budget_bytes, std::int64_t used_bytes,
                        std::int64_t reserved_bytes, std::int64_t requested_bytes);
+  // A charge that would push used + reserved bytes past the largest
+  // representable byte count (INT64_MAX), at a location with or without a
+  // budget. budget_bytes() is then INT64_MAX.
+  static ResidencyBudgetError unrepresentable(ResidencyLocation location, std::int64_t used_bytes,
+                                              std::int64_t reserved_bytes, std::int64_t requested_bytes);
   ResidencyLocation location() const noexcept { return location_; }
   std::int64_t budget_bytes() const noexcept { return budget_bytes_; }
   std::int64_t used_bytes() const noexcept { return used_bytes_; }
@@ -49,6 +54,8 @@ class ResidencyBudgetError : public ResidencyError {
   std::int64_t requested_bytes() const noexcept { return requested_bytes_; }
 
  private:
+  ResidencyBudgetError(std::string message, ResidencyLocation location, std::int64_t budget_bytes,
+                       std::int64_t used_bytes, std::int64_t reserved_bytes, std::int64_t requested_bytes);
   ResidencyLocation location_;
   std::int64_t budget_bytes_, used_bytes_, reserved_bytes_, requested_bytes_;
 };
