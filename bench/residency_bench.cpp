@@ -1,20 +1,20 @@
 // Benchmarks of the residency manager: bookkeeping per primitive (on a runtime
 // whose copies move no data), scaling of snapshot/explain/execute, data
-// movement against the raw tensor copy, replay and property-test throughput,
-// and contention. Rates are reported as items_per_second; residency-gate
+// movement against the raw tensor copy, replay throughput and contention
+// (property-test throughput is in property_bench.cpp, built with RapidCheck). Rates are reported as items_per_second; residency-gate
 // turns them into per-item times and compares ratios with bench/thresholds.json.
 #include <ATen/ops/arange.h>
 #include <ATen/ops/empty.h>
 #include <benchmark/benchmark.h>
 
 #include <filesystem>
-#include <random>
+#include <memory>
 
 #include "fhelium/harness/replay.hpp"
 #include "fhelium/harness/scenario_loader.hpp"
 #include "fhelium/harness/simulated_runtime.hpp"
+#include "fhelium/residency.hpp"
 #include "free_copy_runtime.hpp"
-#include "system.hpp"
 
 namespace fhelium::bench {
 namespace {
@@ -237,43 +237,6 @@ void BM_ReplayThroughput(benchmark::State& state) {
 }
 BENCHMARK(BM_ReplayThroughput)->Unit(benchmark::kMillisecond);
 
-// Throughput of model-checked commands: each runs a primitive on the manager
-// and on the reference model and compares the snapshot, as the property tests do.
-void BM_PropertyCommands(benchmark::State& state) {
-  std::mt19937 random(7);
-  std::int64_t commands = 0;
-  for (auto _ : state) {
-    property::System system;
-    property::Model model;
-    for (int i = 0; i < 8; ++i) {
-      const std::size_t index = model.values.size();
-      model.adopt(1024, PAGEABLE_HOST, i % 2 == 0);
-      system.handles.push_back(system.manager->adopt(property::System::contents(index, 1024), PAGEABLE_HOST,
-                                                     i % 2 == 0 ? ReplicaMode::exclusive : ReplicaMode::replicable));
-    }
-    for (int i = 0; i < 200; ++i) {
-      property::Primitive primitive;
-      primitive.kind = static_cast<property::PrimitiveKind>(random() % 3);
-      primitive.value = random() % model.values.size();
-      primitive.location = property::all_locations()[random() % 4];
-      const std::string predicted = model.apply(primitive);
-      const std::string actual = property::outcome_of([&] {
-        const ResidencyHandle& handle = system.handles[primitive.value];
-        if (primitive.kind == property::PrimitiveKind::ensure) system.manager->ensure(handle, primitive.location);
-        if (primitive.kind == property::PrimitiveKind::move) system.manager->move(handle, primitive.location);
-        if (primitive.kind == property::PrimitiveKind::drop) system.manager->drop(handle, primitive.location);
-      });
-      if ((actual == "ok" ? (predicted == "no-op" ? "no-op" : "ok") : actual) != predicted) {
-        state.SkipWithError("model and manager disagree");
-        return;
-      }
-      system.check_against(model);
-      ++commands;
-    }
-  }
-  state.SetItemsProcessed(commands);
-}
-BENCHMARK(BM_PropertyCommands)->Unit(benchmark::kMillisecond);
 
 std::unique_ptr<Bench> shared_bench;
 std::vector<ResidencyHandle> shared_handles;

@@ -4,6 +4,7 @@
 #include <ATen/ops/arange.h>
 
 #include <iostream>
+#include <string>
 
 #include "fhelium/harness/simulated_runtime.hpp"
 #include "fhelium/harness/text_report.hpp"
@@ -20,7 +21,9 @@ ResidentValue layer(std::int64_t index, std::int64_t elements) {
 
 }  // namespace
 
-int main() {
+namespace {
+
+void tour() {
   auto runtime = std::make_shared<fhelium::harness::SimulatedRuntime>();
   ResidencyManager manager(ManagerOptions{{{cuda_location(0), 3 << 20}}, 4096, runtime, {}});
   std::cout << "Simulated runtime: pinned host and " << runtime->cuda_device_count()
@@ -46,5 +49,30 @@ int main() {
   });
   std::cout << "scope '" << report.plan_name << "' ran " << report.transitions.size() << " transitions\n\n";
   std::cout << fhelium::harness::format_snapshot(manager.snapshot());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string argument = argv[i];
+    if (argument == "--version") {
+      std::cout << "residency-demo " FHELIUM_RESIDENCY_VERSION "\n";
+      return 0;
+    }
+    if (argument == "--help" || argument == "-h") {
+      std::cout << "Usage: residency-demo [--version]\nA short guided tour of the residency manager on the "
+                   "simulated runtime.\nExit status: 0 done, 1 a step failed, 2 usage error.\n";
+      return 0;
+    }
+    std::cerr << "residency-demo: unknown argument '" << argument << "' (try --help)\n";
+    return 2;
+  }
+  try {
+    tour();
+  } catch (const std::exception& error) {
+    std::cerr << "residency-demo: " << error.what() << '\n';
+    return 1;
+  }
   return 0;
 }

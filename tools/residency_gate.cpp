@@ -5,10 +5,16 @@
 // writes a JSON verdict, and exits non-zero on any failed invariant, missing
 // suite or regression beyond tolerance. --update-baseline records the current
 // benchmark ratios as the new baseline, deliberately.
+//
+// Thresholds come from --thresholds, else the build directory's copy
+// (BUILD/bench/thresholds.json), else the installed data directory, so an
+// installed gate works from any directory. Exit status: 0 pass, 1 a verdict
+// failed, 2 usage error or unreadable/invalid input.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
@@ -41,6 +47,28 @@ std::vector<json> read_json_lines(const std::string& path) {
     if (!line.empty()) lines.push_back(json::parse(line));
   }
   return lines;
+}
+
+// Input that cannot be read or parsed: exit status 2, not a failed verdict.
+struct InvalidInput : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+std::string find_thresholds(const std::string& explicit_path, const std::string& build_dir) {
+  if (!explicit_path.empty()) return explicit_path;
+  std::vector<std::string> candidates{build_dir + "/bench/thresholds.json"};
+  std::error_code error;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
+  if (!error && std::string(FHELIUM_RESIDENCY_DATA_FROM_BIN).size() > 0) {
+    candidates.push_back((self.parent_path() / FHELIUM_RESIDENCY_DATA_FROM_BIN / "thresholds.json").string());
+  }
+  candidates.push_back(std::string(FHELIUM_RESIDENCY_DATADIR) + "/thresholds.json");
+  std::string looked;
+  for (const auto& candidate : candidates) {
+    if (std::filesystem::is_regular_file(candidate)) return candidate;
+    looked += (looked.empty() ? "" : ", ") + candidate;
+  }
+  throw InvalidInput("no thresholds file: pass --thresholds FILE (looked for " + looked + ")");
 }
 
 std::string fixed(double value, int digits = 2) {
@@ -201,21 +229,39 @@ int main(int argc, char** argv) {
   std::string build_dir = "build", thresholds_path, tests_path, replay_path, bench_path, verdict_path;
   bool update = false;
   app.add_option("--build-dir", build_dir, "Build directory holding the results (default: build)");
-  app.add_option("--thresholds", thresholds_path, "Thresholds file (default: bench/thresholds.json)");
+  app.add_option("--thresholds", thresholds_path,
+                 "Thresholds file (default: BUILD/bench/thresholds.json, else the installed copy)");
   app.add_option("--tests", tests_path, "meson test log (default: BUILD/meson-logs/testlog.json)");
   app.add_option("--replay", replay_path, "residency-replay --json report (default: BUILD/replay.json)");
   app.add_option("--bench", bench_path, "Google Benchmark JSON (default: BUILD/bench.json)");
   app.add_option("--json", verdict_path, "Write the verdict as JSON (default: BUILD/gate-verdict.json)");
-  app.add_flag("--update-baseline", update, "Record the measured speed ratios as the new baseline");
-  CLI11_PARSE(app, argc, argv);
-  if (thresholds_path.empty()) thresholds_path = "bench/thresholds.json";
+  app.add_flag("--update-baseline", update,
+               "Record the measured speed ratios as the new baseline in the --thresholds file");
+  app.set_version_flag("--version", "residency-gate " FHELIUM_RESIDENCY_VERSION);
+  app.footer("Exit status: 0 pass, 1 a check failed, 2 usage error or unreadable input.");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    return app.exit(error) == 0 ? 0 : 2;
+  }
+  if (update && thresholds_path.empty()) {
+    std::cerr << "residency-gate: --update-baseline needs --thresholds FILE (the committed bench/thresholds.json)\n";
+    return 2;
+  }
   if (tests_path.empty()) tests_path = build_dir + "/meson-logs/testlog.json";
   if (replay_path.empty()) replay_path = build_dir + "/replay.json";
   if (bench_path.empty()) bench_path = build_dir + "/bench.json";
   if (verdict_path.empty()) verdict_path = build_dir + "/gate-verdict.json";
 
   try {
-    Gate gate(read_json(thresholds_path));
+    thresholds_path = find_thresholds(thresholds_path, build_dir);
+    Gate gate([&] {
+      try {
+        return read_json(thresholds_path);
+      } catch (const std::exception& error) {
+        throw InvalidInput("thresholds " + thresholds_path + ": " + error.what());
+      }
+    }());
     const auto guarded = [&](const std::string& what, const auto& step) {
       try {
         step();
@@ -228,12 +274,16 @@ int main(int argc, char** argv) {
     bool inputs = guarded("test log", [&] { gate.tests(tests_path); });
     inputs = guarded("replay report", [&] { gate.replay(replay_path); }) && inputs;
     inputs = guarded("benchmarks", [&] { gate.benchmarks(bench_path, update); }) && inputs;
+    if (!inputs) {
+      std::cerr << "residency-gate: some results could not be read; no verdict (run tools/release-gate.sh)\n";
+      return 2;
+    }
 
     std::size_t width = 5;
     for (const auto& check : gate.checks()) width = std::max(width, check.name.size());
     std::cout << std::left << std::setw(static_cast<int>(width)) << "check" << "  verdict  measured  |  threshold\n";
     json verdict = {{"checks", json::array()}};
-    bool passed = inputs;
+    bool passed = true;
     for (const auto& check : gate.checks()) {
       std::cout << std::left << std::setw(static_cast<int>(width)) << check.name << "  "
                 << (check.passed ? "PASS   " : "FAIL   ") << "  " << check.measured << "  |  " << check.threshold
@@ -253,6 +303,9 @@ int main(int argc, char** argv) {
     std::cout << "\nresidency-gate: " << (passed ? "PASS" : "FAIL") << " (" << gate.checks().size()
               << " checks; verdict in " << verdict_path << ")\n";
     return passed ? 0 : 1;
+  } catch (const InvalidInput& error) {
+    std::cerr << "residency-gate: " << error.what() << '\n';
+    return 2;
   } catch (const std::exception& error) {
     std::cerr << "residency-gate: " << error.what() << '\n';
     return 2;

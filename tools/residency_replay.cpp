@@ -48,11 +48,15 @@ std::string first_difference(const std::string& a, const std::string& b) {
          b.substr(from, 120) + "...";
 }
 
-ScenarioResult run_file(const std::string& file, const ReplayOptions& options, bool check_determinism) {
+// `invalid` is set when the file is not a valid scenario (exit status 2,
+// not a broken guarantee).
+ScenarioResult run_file(const std::string& file, const ReplayOptions& options, bool check_determinism,
+                        bool& invalid) {
   Scenario scenario;
   try {
     scenario = load_scenario_file(file);
   } catch (const ScenarioError& error) {
+    invalid = true;
     ScenarioResult result;
     result.file = file;
     result.name = fs::path(file).stem().string();
@@ -101,7 +105,13 @@ int main(int argc, char** argv) {
   app.add_option("--timeline", timeline_path, "Write a Chrome trace-event timeline (Perfetto) to FILE");
   app.add_flag("--verbose,-v", verbose, "Log every step");
   app.add_flag("--check-determinism", check_determinism, "Replay each scenario twice and fail on any difference");
-  CLI11_PARSE(app, argc, argv);
+  app.set_version_flag("--version", "residency-replay " FHELIUM_RESIDENCY_VERSION);
+  app.footer("Exit status: 0 every scenario passed, 1 a scenario failed, 2 usage error or invalid scenario file.");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    return app.exit(error) == 0 ? 0 : 2;  // --help and --version exit 0
+  }
 
   try {
     const std::vector<std::string> files = collect(inputs);
@@ -115,10 +125,12 @@ int main(int argc, char** argv) {
     if (verbose) options.log = [](const std::string& line) { std::cout << line << '\n'; };
 
     std::vector<ScenarioResult> results;
-    std::size_t passed = 0, failed = 0, skipped = 0;
+    std::size_t passed = 0, failed = 0, skipped = 0, invalid = 0;
     for (std::size_t i = 0; i < files.size(); ++i) {
       if (verbose) std::cout << "[" << i + 1 << "/" << files.size() << "] " << files[i] << '\n';
-      results.push_back(run_file(files[i], options, check_determinism));
+      bool invalid_file = false;
+      results.push_back(run_file(files[i], options, check_determinism, invalid_file));
+      invalid += invalid_file;
       const ScenarioResult& result = results.back();
       passed += result.verdict == "passed";
       failed += result.verdict == "failed";
@@ -128,7 +140,10 @@ int main(int argc, char** argv) {
     if (!json_path.empty()) write_file(json_path, to_json(results).dump(2) + "\n");
     if (!junit_path.empty()) write_file(junit_path, junit_xml(results));
     if (!timeline_path.empty()) write_file(timeline_path, timeline(results).dump() + "\n");
-    std::cout << "\nresidency-replay: " << passed << " passed, " << failed << " failed, " << skipped << " skipped\n";
+    std::cout << "\nresidency-replay: " << passed << " passed, " << failed << " failed, " << skipped << " skipped";
+    if (invalid > 0) std::cout << " (" << invalid << " invalid scenario file" << (invalid == 1 ? "" : "s") << ")";
+    std::cout << '\n';
+    if (invalid > 0) return 2;
     return failed == 0 ? 0 : 1;
   } catch (const std::exception& error) {
     std::cerr << "residency-replay: " << error.what() << '\n';

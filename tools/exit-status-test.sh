@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Every tool: --version exits 0; a usage error exits 2; residency-replay exits
+# 2 for a scenario file that does not load and 1 for one that fails.
+# Usage: exit-status-test.sh REPLAY GATE DEMO SCENARIO_DIR
+set -u
+replay=$1 gate=$2 demo=$3 scenarios=$4
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+failures=0
+expect() {
+  local want=$1
+  shift
+  "$@" > "$work/out" 2>&1
+  local got=$?
+  if [ "$got" != "$want" ]; then
+    echo "FAIL: '$*' exited $got, expected $want"; sed 's/^/    /' "$work/out"
+    failures=$((failures + 1))
+  else
+    echo "ok: '$*' -> $got"
+  fi
+}
+for tool in "$replay" "$gate" "$demo"; do
+  expect 0 "$tool" --version
+  expect 0 "$tool" --help
+  expect 2 "$tool" --no-such-option
+done
+expect 2 "$replay"                                  # missing required input
+expect 2 "$replay" --runtime quantum "$scenarios"   # invalid option value
+printf 'name: broken\nsteps: 3\n' > "$work/broken.yaml"
+expect 2 "$replay" "$work/broken.yaml"
+cat > "$work/failing.yaml" <<'YAML'
+name: failing
+values:
+  v: {bytes: 1KiB, adopt_at: pageable-host}
+steps:
+  - move: {value: v, to: pinned-host}
+    expect: {error: budget}
+YAML
+expect 1 "$replay" "$work/failing.yaml"
+expect 0 "$replay" "$scenarios/primitives/ensure-and-copy.yaml"
+expect 2 "$gate" --build-dir "$work" --thresholds "$work/missing.json"
+expect 2 "$gate" --update-baseline --build-dir "$work"
+exit $((failures > 0))
