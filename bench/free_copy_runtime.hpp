@@ -10,6 +10,7 @@
 
 #include <array>
 #include <atomic>
+#include <stdexcept>
 #include <chrono>
 #include <vector>
 
@@ -29,15 +30,23 @@ class FreeCopyRuntime final : public DeviceRuntime {
 
   // A value of `bytes` bytes placed at `location` without copying.
   ResidentValue make(std::int64_t bytes, const ResidencyLocation& location) const {
-    return ResidentValue("Blob", {{"data", header(bytes, location)}});
+    return ResidentValue("Blob", {{"data", header({bytes}, at::kByte, location)}});
   }
 
  private:
   struct Event final : CompletionEvent {};
 
-  at::Tensor header(std::int64_t bytes, const ResidencyLocation& location) const {
+  // A tensor of `sizes` and `dtype` over the buffer of `location`: same
+  // logical bytes as what it stands for, no data moved.
+  at::Tensor header(at::IntArrayRef sizes, at::ScalarType dtype, const ResidencyLocation& location) const {
+    const at::TensorOptions options = at::TensorOptions().dtype(dtype);
+    std::int64_t elements = 1;
+    for (const std::int64_t size : sizes) elements *= size;
+    if (elements * static_cast<std::int64_t>(c10::elementSize(dtype)) > static_cast<std::int64_t>(max_bytes)) {
+      throw std::length_error("FreeCopyRuntime holds at most 1 MiB per tensor");
+    }
     void* data = const_cast<char*>(buffers_[static_cast<std::size_t>(location.ordinal())].data());
-    return at::from_blob(data, {bytes}, [](void*) {}, at::TensorOptions().dtype(at::kByte));
+    return at::from_blob(data, sizes, [](void*) {}, options);
   }
 
   std::string do_name() const override { return "free-copy"; }
@@ -47,18 +56,28 @@ class FreeCopyRuntime final : public DeviceRuntime {
                            const std::optional<c10::Stream>&) override {
     std::vector<at::Tensor> tensors;
     tensors.reserve(value.fields().size());
-    for (const auto& field : value.fields()) tensors.push_back(header(field.second.numel(), destination));
+    for (const auto& field : value.fields()) {
+      tensors.push_back(header(field.second.sizes(), field.second.scalar_type(), destination));
+    }
     return value.with_tensors(std::move(tensors));
   }
   std::optional<ResidencyLocation> do_locate(const ResidentValue& value) const override {
     if (value.fields().empty()) return std::nullopt;
-    const void* data = value.fields().front().second.data_ptr();
-    for (std::size_t i = 0; i < buffers_.size(); ++i) {
-      if (buffers_[i].data() == data) {
-        return i == 0 ? PAGEABLE_HOST : i == 1 ? PINNED_HOST : cuda_location(static_cast<int>(i) - 2);
+    std::optional<ResidencyLocation> found;
+    for (const auto& field : value.fields()) {
+      // Its own buffers say where a copy is; any other CPU tensor is ordinary pageable memory.
+      std::optional<ResidencyLocation> here;
+      const void* data = field.second.data_ptr();
+      for (std::size_t i = 0; i < buffers_.size() && !here; ++i) {
+        if (buffers_[i].data() == data) {
+          here = i == 0 ? PAGEABLE_HOST : i == 1 ? PINNED_HOST : cuda_location(static_cast<int>(i) - 2);
+        }
       }
+      if (!here && field.second.device().is_cpu()) here = PAGEABLE_HOST;
+      if (!here || (found && *found != *here)) return std::nullopt;
+      found = here;
     }
-    return std::nullopt;
+    return found;
   }
   std::shared_ptr<CompletionEvent> do_record_event(const c10::Stream&) override { return std::make_shared<Event>(); }
   bool do_query_event(const CompletionEvent&) override { return true; }

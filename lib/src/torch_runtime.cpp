@@ -49,8 +49,17 @@ at::Tensor copy_tensor(const at::Tensor& tensor, const ResidencyLocation& destin
 
 }  // namespace
 
-TorchRuntime::TorchRuntime()
-    : cuda_devices_(at::hasCUDA() ? at::detail::getCUDAHooks().getNumGPUs() : 0), can_pin_(at::hasCUDA()) {}
+namespace {
+
+// Device-generic, so it reads the same in libtorch 1.13 and 2.x.
+int count_cuda_devices() {
+  if (!at::hasCUDA()) return 0;
+  return static_cast<int>(c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).deviceCount());
+}
+
+}  // namespace
+
+TorchRuntime::TorchRuntime() : cuda_devices_(count_cuda_devices()), can_pin_(at::hasCUDA()) {}
 
 bool TorchRuntime::built_with_cuda() noexcept {
 #ifdef FHELIUM_RESIDENCY_WITH_CUDA
@@ -123,7 +132,9 @@ std::optional<AllocatorStats> TorchRuntime::do_allocator_stats(const c10::Device
 #ifdef FHELIUM_RESIDENCY_WITH_CUDA
   if (device.index() >= cuda_devices_) return std::nullopt;
   const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
-  constexpr auto aggregate = static_cast<std::size_t>(c10::cuda::CUDACachingAllocator::StatType::AGGREGATE);
+  // Entry 0 is StatType::AGGREGATE in every libtorch; the enum moved between
+  // namespaces in 2.x (c10::CachingAllocator), so it is not named here.
+  constexpr std::size_t aggregate = 0;
   return AllocatorStats{stats.allocated_bytes[aggregate].current, stats.reserved_bytes[aggregate].current};
 #else
   (void)device;

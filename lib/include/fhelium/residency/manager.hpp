@@ -48,14 +48,14 @@ struct ManagerOptions {
   // Strict byte limits; these locations are registered first, in the order
   // listed here (as the reference registers its budget mapping). A location
   // listed twice is an argument error.
-  LocationBudgets budgets;
+  LocationBudgets budgets = {};
   // Transition reports kept by trace(); 0 disables the trace.
   std::int64_t trace_capacity = 4096;
   // Device runtime; default_runtime() when null.
-  std::shared_ptr<DeviceRuntime> runtime;
+  std::shared_ptr<DeviceRuntime> runtime = nullptr;
   // Receives each diagnostic (abandoned lifetimes, synchronous fallbacks) as it
   // is recorded. Called with the state lock held: it must not call the manager.
-  std::function<void(const std::string&)> diagnostic_sink;
+  std::function<void(const std::string&)> diagnostic_sink = nullptr;
 };
 
 class ResidencyManager {
