@@ -8,6 +8,8 @@
 #include <rapidcheck/gtest.h>
 #include <rapidcheck/state.h>
 
+#include <iostream>
+
 #include "fhelium/harness/contents.hpp"
 #include "system.hpp"
 
@@ -584,10 +586,39 @@ auto commands() {
                                            ReleaseReservation, Work, Advance, ArmFault, Execute, Explain, Scope>();
 }
 
+// Totals over every generated case, printed at the end of the run (the soak
+// figure): model-checked commands, faults that fired, cases.
+struct Tally {
+  std::int64_t cases = 0;
+  std::int64_t commands = 0;
+  std::int64_t faults_fired = 0;
+};
+Tally& tally() {
+  static Tally totals;
+  return totals;
+}
+
+class TallyReport : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    const Tally& totals = tally();
+    std::cout << "model-checked: " << totals.commands << " commands in " << totals.cases << " cases, "
+              << totals.faults_fired << " faults fired, "
+              << (::testing::UnitTest::GetInstance()->failed_test_count() == 0 ? "0 disagreements"
+                                                                                : "a disagreement (see above)")
+              << std::endl;
+  }
+};
+[[maybe_unused]] ::testing::Environment* const tally_report =
+    ::testing::AddGlobalTestEnvironment(new TallyReport);
+
 RC_GTEST_PROP(ManagerModel, MatchesTheReferenceModelUnderFaults, ()) {
   System system;
   system.check_against(Model());
   rc::state::check(Model(), system, commands());
+  tally().cases += 1;
+  tally().commands += static_cast<std::int64_t>(system.steps_yaml.size());
+  tally().faults_fired += static_cast<std::int64_t>(system.faults->fired().size());
 }
 
 }  // namespace

@@ -8,6 +8,8 @@
 
 #include <ATen/ops/arange.h>
 
+#include <algorithm>
+#include <limits>
 #include <sstream>
 
 #include "fhelium/harness/contents.hpp"
@@ -490,12 +492,21 @@ class Replayer {
         manager_->close(step.wait, step.force);
         return outcome;
       case StepKind::advance:
+        require_virtual_time(current_step_, step, step.ns);
         simulated().advance(step.ns);
         return outcome;
       case StepKind::complete:
         simulated().complete(stream(*step.stream));
         return outcome;
       case StepKind::work:
+        if (step.ns != SimulatedRuntime::never) {
+          // The work ends at the stream's tail (or now) plus its duration.
+          const std::int64_t tail = simulated().stream_tail_ns(stream(*step.stream));
+          const std::int64_t queued = tail == SimulatedRuntime::never ? 0 : std::max<std::int64_t>(0, tail - simulated().now_ns());
+          std::int64_t ends_in = 0;
+          if (__builtin_add_overflow(queued, step.ns, &ends_in)) ends_in = std::numeric_limits<std::int64_t>::max();
+          require_virtual_time(current_step_, step, ends_in);
+        }
         simulated().enqueue(stream(*step.stream), step.ns);
         return outcome;
       case StepKind::verify:
@@ -542,6 +553,17 @@ class Replayer {
   }
 
   // --- checks ------------------------------------------------------------
+
+  // Virtual time may move `ns` further only within the scenario's limit, so
+  // no clock arithmetic can overflow and no run can stand for forever.
+  void require_virtual_time(std::size_t index, const Step& step, std::int64_t ns) {
+    const std::int64_t elapsed = simulated().now_ns() - clock_origin_ns_;
+    if (ns > scenario_.limits.virtual_ns - elapsed) {
+      fail(index, step, "virtual time would pass the limit of " + std::to_string(scenario_.limits.virtual_ns) +
+                            " ns from the start (now at " + std::to_string(elapsed) +
+                            " ns; raise it with limits: {virtual_ns: N})");
+    }
+  }
 
   [[noreturn]] void fail(std::size_t index, const Step& step, const std::string& message) {
     result_.failed_step = index;

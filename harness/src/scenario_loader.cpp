@@ -293,7 +293,8 @@ class ScenarioParser {
   void parse(const YAML::Node& root) {
     reader_.require_keys(root, "scenario",
                          {"name", "description", "seed", "must_fail", "manager", "runtime", "faults", "values",
-                          "plans", "steps"});
+                          "plans", "steps", "limits"});
+    if (root["limits"]) parse_limits(root["limits"]);
     scenario_.name = reader_.name(reader_.required(root, "name", "scenario"), "scenario name");
     if (root["description"]) scenario_.description = reader_.text(root["description"], "description");
     if (root["seed"]) scenario_.seed = static_cast<std::uint64_t>(reader_.count(root["seed"], "seed"));
@@ -308,7 +309,13 @@ class ScenarioParser {
     if (root["plans"]) parse_plans(root["plans"]);
     const YAML::Node steps = reader_.required(root, "steps", "scenario");
     if (!steps.IsSequence()) reader_.fail(steps, "steps must be a list");
+    const auto step_count = static_cast<std::int64_t>(steps.size());
+    if (step_count > scenario_.limits.steps) {
+      reader_.fail(steps, "the scenario has " + std::to_string(step_count) + " steps, over the limit of " +
+                              std::to_string(scenario_.limits.steps) + " (raise it with limits: {steps: N})");
+    }
     for (const auto& step : steps) scenario_.steps.push_back(parse_step(step));
+    check_value_bytes(root);
   }
 
  private:
@@ -339,6 +346,28 @@ class ScenarioParser {
     }
     if (node["can_pin"]) scenario_.can_pin = reader_.boolean(node["can_pin"], "can_pin");
     if (node["copy_ns_per_mib"]) scenario_.copy_ns_per_mib = reader_.count(node["copy_ns_per_mib"], "copy_ns_per_mib");
+  }
+
+  void parse_limits(const YAML::Node& node) {
+    reader_.require_keys(node, "limits", {"value_bytes", "steps", "virtual_ns"});
+    if (node["value_bytes"]) scenario_.limits.value_bytes = reader_.size(node["value_bytes"], "limits value_bytes");
+    if (node["steps"]) scenario_.limits.steps = reader_.count(node["steps"], "limits steps");
+    if (node["virtual_ns"]) scenario_.limits.virtual_ns = reader_.count(node["virtual_ns"], "limits virtual_ns");
+  }
+
+  // Values are real allocations: their declared total is bounded before anything runs.
+  void check_value_bytes(const YAML::Node& root) const {
+    std::int64_t total = 0;
+    for (const auto& value : scenario_.values) {
+      const std::int64_t bytes = value.elements * dtype_bytes.at(value.dtype);
+      if (bytes > scenario_.limits.value_bytes - total) {
+        const YAML::Node where = root["values"] && root["values"][value.name] ? root["values"][value.name] : root;
+        reader_.fail(where, "value '" + value.name + "' brings the scenario's values past the limit of " +
+                                std::to_string(scenario_.limits.value_bytes) +
+                                " bytes of real payload (raise it with limits: {value_bytes: SIZE})");
+      }
+      total += bytes;
+    }
   }
 
   void parse_values(const YAML::Node& node) {
@@ -393,6 +422,9 @@ class ScenarioParser {
     }
     if (spec["elements"]) {
       value.elements = reader_.count(spec["elements"], what + " elements");
+      if (value.elements > std::numeric_limits<std::int64_t>::max() / dtype_bytes.at(value.dtype)) {
+        reader_.fail(spec["elements"], what + " elements do not fit in a signed 64-bit byte count");
+      }
     } else {
       const std::int64_t bytes = reader_.size(spec["bytes"], what + " bytes");
       const std::int64_t element = dtype_bytes.at(value.dtype);

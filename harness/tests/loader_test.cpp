@@ -133,6 +133,14 @@ TEST(Loader, NamesFileLineAndColumnOfEveryMistake) {
        4, 51, "already used by a hold"},
       {"name: x\nsteps:\n  - advance: {ns: -5}\n", 3, 19, "must be non-negative"},
       {"steps: []\n", 1, 1, "scenario needs 'name'"},
+      // Resource bounds: each names the limit and how to raise it.
+      {"name: x\nvalues:\n  big: {bytes: 5GiB, adopt_at: pageable-host}\nsteps: []\n", 3, 8,
+       "past the limit of 4294967296 bytes of real payload (raise it with limits: {value_bytes: SIZE})"},
+      {"name: x\nlimits: {steps: 1}\nsteps:\n  - snapshot: {}\n  - snapshot: {}\n", 4, 3,
+       "2 steps, over the limit of 1 (raise it with limits: {steps: N})"},
+      {"name: x\nvalues:\n  a: {elements: 4611686018427387904, adopt_at: pageable-host}\nsteps: []\n", 3, 17,
+       "do not fit in a signed 64-bit byte count"},
+      {"name: x\nlimits: {budget: 3}\nsteps: []\n", 2, 10, "unknown key 'budget' in limits"},
   };
   for (const auto& bad : cases) {
     try {

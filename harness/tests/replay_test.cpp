@@ -48,6 +48,27 @@ TEST(Replay, PassesAndCountsWhatItChecked) {
   EXPECT_EQ(result.steps[0].line, 10);
 }
 
+TEST(Replay, VirtualTimeIsBoundedByTheScenariosLimit) {
+  const ScenarioResult within = replay(parse_scenario(
+      "name: t\nlimits: {virtual_ns: 1000}\nsteps:\n  - advance: {ns: 600}\n  - advance: {ns: 400}\n", "t.yaml"));
+  EXPECT_EQ(within.verdict, "passed") << within.failure;
+  const ScenarioResult past = replay(parse_scenario(
+      "name: t\nlimits: {virtual_ns: 1000}\nsteps:\n  - advance: {ns: 600}\n  - advance: {ns: 401}\n", "t.yaml"));
+  EXPECT_EQ(past.verdict, "failed");
+  EXPECT_NE(past.failure.find("virtual time would pass the limit of 1000 ns"), std::string::npos) << past.failure;
+  EXPECT_NE(past.failure.find("limits: {virtual_ns: N}"), std::string::npos) << past.failure;
+  // Work queued behind other work counts from where the stream ends; the
+  // default limit keeps clock arithmetic far from overflow.
+  const ScenarioResult queued = replay(parse_scenario(
+      "name: t\nlimits: {virtual_ns: 1000}\nsteps:\n  - work: {stream: {device: 0, id: 1}, ns: 700}\n"
+      "  - work: {stream: {device: 0, id: 1}, ns: 301}\n", "t.yaml"));
+  EXPECT_EQ(queued.verdict, "failed");
+  const ScenarioResult huge = replay(parse_scenario(
+      "name: t\nsteps:\n  - advance: {ns: 9223372036854775806}\n  - advance: {ns: 9223372036854775806}\n", "t.yaml"));
+  EXPECT_EQ(huge.verdict, "failed");
+  EXPECT_EQ(huge.failed_step, std::optional<std::size_t>(0));
+}
+
 TEST(Replay, IsDeterministicForASeedAndVariesAcrossSeeds) {
   const Scenario scenario = parse_scenario(streaming, "streaming.yaml");
   std::set<std::string> reports;

@@ -213,6 +213,7 @@ void ManagerCore::abandon_scope(const std::vector<std::uint64_t>& reservation_to
                                 const std::string& plan_name) noexcept {
   try {
     StateAccess access(*this);
+    if (closed_) return;  // close() cleared the reservations and reported it
     for (auto it = reservation_tokens.rbegin(); it != reservation_tokens.rend(); ++it) release_reservation_locked(*it);
     diagnose_locked("an active scope for plan '" + plan_name +
                     "' was abandoned; its reservations were released and its exit actions were not run");

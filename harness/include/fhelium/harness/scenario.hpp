@@ -121,6 +121,16 @@ struct Step {
   Expectation expect;
 };
 
+// Bounds on what one scenario may make the replay do; each can be raised in
+// the file (`limits: {value_bytes: 16GiB, steps: 1000000, virtual_ns: ...}`).
+struct ScenarioLimits {
+  // Declared bytes of all values together (they are real allocations).
+  std::int64_t value_bytes = std::int64_t{4} << 30;
+  std::int64_t steps = 100000;
+  // Virtual time the run may reach, counted from its start (~11.6 days).
+  std::int64_t virtual_ns = 1'000'000'000'000'000;
+};
+
 struct Scenario {
   std::string file;
   std::string name;
@@ -139,6 +149,7 @@ struct Scenario {
   std::vector<ValueDecl> values;
   std::vector<PlanDecl> plans;
   std::vector<Step> steps;
+  ScenarioLimits limits;
 
   const ValueDecl* find_value(const std::string& value) const;
   const PlanDecl* find_plan(const std::string& plan) const;
