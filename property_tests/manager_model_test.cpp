@@ -463,14 +463,17 @@ struct Execute : Command {
                   std::to_string(committed));
     }
     if (predicted == "ok") {
-      // The observed peak never exceeds the prediction of a feasible explanation.
+      // Without faults the explained peak is exact: after the run, each
+      // location's peak_charged is the larger of its earlier peak and the
+      // prediction (not merely at most the prediction).
       for (const auto& [location, peak] : system.last_peaks) {
         const auto previous = peaks_before.find(location);
-        if (previous != peaks_before.end() && peak <= previous->second) continue;
-        const auto predicted_peak = explanation.predicted_peak(location);
-        if (!predicted_peak || peak > *predicted_peak) {
-          system.fail("observed peak " + std::to_string(peak) + " at " + location.name() +
-                      " exceeds the explained prediction " + std::to_string(predicted_peak.value_or(-1)));
+        const std::int64_t earlier = previous == peaks_before.end() ? 0 : previous->second;
+        const std::int64_t expected = std::max(earlier, explanation.predicted_peak(location).value_or(0));
+        if (peak != expected) {
+          system.fail("observed peak " + std::to_string(peak) + " at " + location.name() + " after a fault-free plan; " +
+                      "expected max(earlier " + std::to_string(earlier) + ", predicted " +
+                      std::to_string(explanation.predicted_peak(location).value_or(-1)) + ")");
         }
       }
     }
@@ -498,6 +501,27 @@ struct Explain : Command {
     if (explanation.feasible != feasible) {
       system.fail("explain said " + std::string(explanation.feasible ? "feasible" : "infeasible: ") +
                   explanation.reason.value_or("") + "; the model says " + (feasible ? "feasible" : "infeasible"));
+    }
+    if (!feasible) return;
+    // Every predicted peak equals the model's, location by location, and in
+    // the manager's registration order first.
+    const auto peaks = predicted_peaks(before, primitives);
+    for (const auto& [location, peak] : explanation.predicted_peak_bytes) {
+      const auto found = peaks.find(location);
+      const std::int64_t model_peak = found == peaks.end() ? 0 : found->second;
+      if (peak != model_peak) {
+        system.fail("explain predicts a peak of " + std::to_string(peak) + " at " + location.name() + ", the model " +
+                    std::to_string(model_peak));
+      }
+    }
+    for (const auto& [location, peak] : peaks) {
+      if (!explanation.predicted_peak(location)) system.fail("explain predicts no peak at " + location.name());
+    }
+    for (std::size_t i = 0; i < before.registered.size(); ++i) {
+      if (i >= explanation.predicted_peak_bytes.size() ||
+          explanation.predicted_peak_bytes[i].first != before.registered[i]) {
+        system.fail("explain's predicted peaks do not start with the registered locations in order");
+      }
     }
   }
   void show(std::ostream& os) const override { os << "explain " << actions_yaml(primitives); }

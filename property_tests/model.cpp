@@ -21,7 +21,7 @@ const LocationBudgets& budgets() {
 Model::Model() {
   for (const auto& [location, budget] : budgets()) {
     registered.push_back(location);
-    locations[location].budget = budget;
+    locations[location].budget = budget;  // budgets register at construction: no bump
   }
 }
 
@@ -53,6 +53,7 @@ void Model::register_location(const ResidencyLocation& location) {
   if (locations.count(location) == 0) {
     registered.push_back(location);
     locations[location];
+    version += 1;
   }
 }
 
@@ -67,12 +68,14 @@ void Model::install(std::size_t value, const ResidencyLocation& location) {
   ModelLocation& state = locations[location];
   state.used += values[value].charge;
   raise_peaks(state);
+  version += 1;
 }
 
 void Model::remove(std::size_t value, const ResidencyLocation& location) {
   auto& at = values[value].at;
   at.erase(std::find(at.begin(), at.end(), location));
   locations[location].used -= values[value].charge;
+  version += 1;
 }
 
 std::string Model::adopt(std::int64_t charge, const ResidencyLocation& at, bool exclusive) {
@@ -94,6 +97,7 @@ std::string Model::register_source(std::int64_t charge, const ResidencyLocation&
   value.source_location = at;
   value.flaky = flaky;
   values.push_back(value);
+  version += 1;
   return "ok";
 }
 
@@ -210,6 +214,7 @@ std::string Model::apply(const Primitive& primitive, bool faults_active) {
       while (!value.at.empty()) remove(index, value.at.back());
       value.source = false;
       value.discarded = true;
+      version += 1;
       return "ok";
   }
   return "ok";
@@ -228,6 +233,7 @@ std::string Model::acquire(const std::vector<std::size_t>& list, const Residency
   for (const std::size_t value : list) values[value].uses[at] += 1;
   id = next_lifetime++;
   leases[id] = ModelLease{list, at, false, 0};
+  version += 1;
   return "ok";
 }
 
@@ -236,6 +242,7 @@ std::string Model::release_lease(std::size_t id, bool wait) {
   if (found == leases.end() || found->second.pending) return "ok";
   ModelLease& lease = found->second;
   for (const std::size_t value : lease.values) values[value].uses[lease.location] -= 1;
+  version += 1;  // the borrow ends (to released, or to pending)
   if (!lease.location.is_cuda()) {
     leases.erase(found);
     return "ok";
@@ -263,6 +270,7 @@ std::string Model::hold(const std::vector<std::size_t>& list, const ResidencyLoc
   for (const std::size_t value : list) values[value].holds[at] += 1;
   id = next_lifetime++;
   holds[id] = ModelHold{list, at};
+  version += 1;
   return "ok";
 }
 
@@ -271,6 +279,7 @@ std::string Model::release_hold(std::size_t id) {
   if (found == holds.end()) return "ok";
   for (const std::size_t value : found->second.values) values[value].holds[found->second.location] -= 1;
   holds.erase(found);
+  version += 1;
   return "ok";
 }
 
@@ -282,6 +291,7 @@ std::string Model::reserve(const ResidencyLocation& at, std::int64_t bytes, std:
   raise_peaks(state);
   id = next_lifetime++;
   reservations[id] = ModelReservation{at, bytes};
+  version += 1;
   return "ok";
 }
 
@@ -290,6 +300,7 @@ std::string Model::release_reservation(std::size_t id) {
   if (found == reservations.end()) return "ok";
   locations[found->second.location].reserved -= found->second.bytes;
   reservations.erase(found);
+  version += 1;
   return "ok";
 }
 
@@ -306,6 +317,7 @@ void Model::reap() {
     if (lease.pending && lease.completes_at_ns <= now_ns) {
       for (const std::size_t value : lease.values) values[value].pending[lease.location] -= 1;
       it = leases.erase(it);
+      version += 1;
     } else {
       ++it;
     }
@@ -319,6 +331,16 @@ std::string preflight(const Model& model, const std::vector<Primitive>& primitiv
     if (outcome != "ok" && outcome != "no-op") return outcome;
   }
   return "";
+}
+
+std::map<ResidencyLocation, std::int64_t> predicted_peaks(const Model& model,
+                                                          const std::vector<Primitive>& primitives) {
+  Model copy = model;
+  for (auto& [location, state] : copy.locations) state.peak_charged = state.used + state.reserved;
+  for (const auto& primitive : primitives) copy.apply(primitive, false);
+  std::map<ResidencyLocation, std::int64_t> peaks;
+  for (const auto& [location, state] : copy.locations) peaks[location] = state.peak_charged;
+  return peaks;
 }
 
 }  // namespace fhelium::property

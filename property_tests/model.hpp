@@ -76,6 +76,10 @@ struct Model {
   std::size_t next_lifetime = 0;
   std::int64_t now_ns = 0;
   std::map<int, std::int64_t> stream_tail_ns;  // consumer stream id 1 of each device
+  // The manager's state_version, predicted exactly: one bump per registered
+  // location, installed or removed materialization, registered or discarded
+  // value, granted or ended lifetime, and reaped pending lease.
+  std::uint64_t version = 0;
   bool copy_fault_armed = false;     // the next runtime copy fails (once)
   bool record_fault_armed = false;   // the next event record fails (once)
 
@@ -122,5 +126,9 @@ struct Model {
 // Dry run of `primitives` (then nothing else) the way explain sees it: loads
 // succeed and no fault fires. Returns the first error kind, or "".
 std::string preflight(const Model& model, const std::vector<Primitive>& primitives);
+// The peak charge (used + reserved, temporary charges included) that a
+// feasible dry run of `primitives` reaches at each location it or the model
+// knows, counted from the current charges: explain's predicted_peak_bytes.
+std::map<ResidencyLocation, std::int64_t> predicted_peaks(const Model& model, const std::vector<Primitive>& primitives);
 
 }  // namespace fhelium::property

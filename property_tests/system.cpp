@@ -111,6 +111,10 @@ std::string join(const std::vector<ResidencyLocation>& locations) {
 
 void System::check_against(const Model& model) {
   const ResidencySnapshot snapshot = manager->snapshot();
+  if (snapshot.state_version != model.version) {
+    fail("state_version " + std::to_string(snapshot.state_version) + ", model predicts exactly " +
+         std::to_string(model.version));
+  }
   for (const auto& violation : checker.check(snapshot)) {
     fail("invariant " + violation.invariant + " violated: " + violation.detail);
   }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs every invariant suite, the scenario replay and the benchmarks, then the
-# release gate over their results. Usage: bash tools/release-gate.sh [BUILD_DIR]
+# Runs every invariant suite, the scenario replay, the benchmarks, the
+# sanitizer builds (ASan/UBSan, TSan) and the short fuzz runs, then the release
+# gate over their results. Usage: bash tools/release-gate.sh [BUILD_DIR] [gate options]
 # Exit status is the gate's: 0 only when every check passed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -12,4 +13,12 @@ echo "invariant suites: $(tail -n 12 "$build/test-output.txt" | grep -E '^(Ok|Fa
 tail -n 1 "$build/replay-output.txt"
 "$build/bench/residency-bench" --benchmark_min_time="${BENCH_MIN_TIME:-0.2}" \
   --benchmark_out="$build/bench.json" --benchmark_out_format=json > "$build/bench-output.txt" 2>&1 || exit 2
+parent=$(dirname "$build")
+for kind in address thread; do
+  SANITIZE_BUILD_DIR="$parent/build-$([ $kind = address ] && echo asan || echo tsan)" \
+    bash tools/sanitize.sh "$kind" > "$build/sanitize-$kind-output.txt" 2>&1
+  echo "sanitizer $kind: $(grep -E '^(Ok|Fail):' "$build/sanitize-$kind-output.txt" | tr -s ' ' | paste -sd ' ')"
+done
+FUZZ_BUILD_DIR="$parent/build-fuzz" bash tools/fuzz.sh > "$build/fuzz-output.txt" 2>&1
+echo "fuzz: $(grep -E '^(Ok|Fail):' "$build/fuzz-output.txt" | tr -s ' ' | paste -sd ' ')"
 exec "$build/tools/residency-gate" --build-dir "$build" "${@:2}"

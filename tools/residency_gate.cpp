@@ -81,29 +81,45 @@ class Gate {
  public:
   explicit Gate(json thresholds) : thresholds_(std::move(thresholds)) {}
 
-  void tests(const std::string& path) {
+  void tests(const std::string& path) { suites(path, "", thresholds_.at("required_suites")); }
+
+  // A sanitizer or fuzzing build's test log: `kind` names its entry under
+  // "sanitizers" in the thresholds (address, thread, fuzz).
+  void sanitized(const std::string& kind, const std::string& path) {
+    const json& required = thresholds_.at("sanitizers").at(kind).at("required_suites");
+    suites(path, kind + " ", required);
+  }
+
+ private:
+  void suites(const std::string& path, const std::string& prefix, const json& required) {
     std::map<std::string, std::pair<int, int>> suites;  // suite -> (passed, failed)
     for (const auto& test : read_json_lines(path)) {
       const std::string result = test.value("result", "");
       // Test names read "project:suite / test".
       std::string name = test.value("name", "");
+      const std::string test_name = name.substr(name.find(" / ") == std::string::npos ? name.size() : name.find(" / ") + 3);
       name = name.substr(0, name.find(" / "));
       name = name.substr(name.find(':') == std::string::npos ? 0 : name.find(':') + 1);
-      auto& [passed, failed] = suites[name];
-      (result == "OK" || result == "EXPECTEDFAIL" ? passed : failed) += 1;
+      // A required entry may name one test as "suite/test".
+      for (const std::string& key : {name, name + "/" + test_name}) {
+        auto& [passed, failed] = suites[key];
+        (result == "OK" || result == "EXPECTEDFAIL" ? passed : failed) += 1;
+      }
     }
-    for (const auto& suite : thresholds_.at("required_suites")) {
+    for (const auto& suite : required) {
       const std::string name = suite.get<std::string>();
       const auto found = suites.find(name);
       if (found == suites.end()) {
-        add("suite " + name, "missing", "present, all passing", false);
+        add(prefix + "suite " + name, "missing", "present, all passing", false);
         continue;
       }
       const auto [passed, failed] = found->second;
-      add("suite " + name, std::to_string(passed) + " passed, " + std::to_string(failed) + " failed",
+      add(prefix + "suite " + name, std::to_string(passed) + " passed, " + std::to_string(failed) + " failed",
           "all passing", failed == 0 && passed > 0);
     }
   }
+
+ public:
 
   void replay(const std::string& path) {
     const json report = read_json(path);
@@ -235,6 +251,10 @@ int main(int argc, char** argv) {
   app.add_option("--replay", replay_path, "residency-replay --json report (default: BUILD/replay.json)");
   app.add_option("--bench", bench_path, "Google Benchmark JSON (default: BUILD/bench.json)");
   app.add_option("--json", verdict_path, "Write the verdict as JSON (default: BUILD/gate-verdict.json)");
+  std::string asan_path, tsan_path, fuzz_path;
+  app.add_option("--asan-tests", asan_path, "meson test log of tools/sanitize.sh address (default: build-asan/...)");
+  app.add_option("--tsan-tests", tsan_path, "meson test log of tools/sanitize.sh thread (default: build-tsan/...)");
+  app.add_option("--fuzz-tests", fuzz_path, "meson test log of tools/fuzz.sh (default: build-fuzz/...)");
   app.add_flag("--update-baseline", update,
                "Record the measured speed ratios as the new baseline in the --thresholds file");
   app.set_version_flag("--version", "residency-gate " FHELIUM_RESIDENCY_VERSION);
@@ -252,6 +272,13 @@ int main(int argc, char** argv) {
   if (replay_path.empty()) replay_path = build_dir + "/replay.json";
   if (bench_path.empty()) bench_path = build_dir + "/bench.json";
   if (verdict_path.empty()) verdict_path = build_dir + "/gate-verdict.json";
+  // Sanitizer and fuzz builds sit beside the main build directory.
+  const auto sibling = [&](const char* name) {
+    return (std::filesystem::path(build_dir).parent_path() / name / "meson-logs" / "testlog.json").string();
+  };
+  if (asan_path.empty()) asan_path = sibling("build-asan");
+  if (tsan_path.empty()) tsan_path = sibling("build-tsan");
+  if (fuzz_path.empty()) fuzz_path = sibling("build-fuzz");
 
   try {
     thresholds_path = find_thresholds(thresholds_path, build_dir);
@@ -274,6 +301,10 @@ int main(int argc, char** argv) {
     bool inputs = guarded("test log", [&] { gate.tests(tests_path); });
     inputs = guarded("replay report", [&] { gate.replay(replay_path); }) && inputs;
     inputs = guarded("benchmarks", [&] { gate.benchmarks(bench_path, update); }) && inputs;
+    inputs = guarded("ASan/UBSan results (tools/sanitize.sh address)", [&] { gate.sanitized("address", asan_path); }) &&
+             inputs;
+    inputs = guarded("TSan results (tools/sanitize.sh thread)", [&] { gate.sanitized("thread", tsan_path); }) && inputs;
+    inputs = guarded("fuzz results (tools/fuzz.sh)", [&] { gate.sanitized("fuzz", fuzz_path); }) && inputs;
     if (!inputs) {
       std::cerr << "residency-gate: some results could not be read; no verdict (run tools/release-gate.sh)\n";
       return 2;
