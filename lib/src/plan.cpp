@@ -9,6 +9,8 @@ template <class... Ts>
 struct overloaded : Ts... {
   using Ts::operator()...;
 };
+template <class... Ts>
+overloaded(Ts...) -> overloaded<Ts...>;  // clang before 17 does not deduce aggregates
 }  // namespace
 
 const ResidencyHandle& action_handle(const ResidencyAction& action) noexcept {
