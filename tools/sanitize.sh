@@ -24,7 +24,8 @@ case "$kind" in
     build=${SANITIZE_BUILD_DIR:-build-tsan}
     options=(-Db_sanitize=thread -Db_lundef=false -Dbenchmarks=disabled -Dbuildtype=debug)
     export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tools/sanitizers/tsan.supp${TSAN_OPTIONS:+:$TSAN_OPTIONS}"
-    suites=(property-manager_model property-records property-concurrency concurrency lifetimes crash_safety)
+    suites=(property-manager_model property-records property-concurrency property-linearizability concurrency
+            lifetimes crash_safety)
     ;;
   *)
     echo "usage: bash tools/sanitize.sh address|thread [meson test arguments]" >&2
