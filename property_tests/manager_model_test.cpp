@@ -137,6 +137,41 @@ Primitive primitive_gen(const Model& model) {
   return primitive;
 }
 
+// Every field of the transition report, exactly as the model predicts.
+void check_report(System& system, const std::string& step, const ResidencyTransitionReport& report,
+                         const PredictedReport& predicted, std::int64_t called_at) {
+  const auto name = [](const std::optional<ResidencyLocation>& location) {
+    return location ? location->name() : std::string("none");
+  };
+  const auto differ = [&](const char* field, const std::string& actual, const std::string& expected) {
+    system.fail(step + ": report " + field + " is " + actual + ", model predicts " + expected);
+  };
+  if (report.no_op != predicted.no_op) differ("no_op", report.no_op ? "true" : "false", predicted.no_op ? "true" : "false");
+  if (report.source != predicted.source) differ("source", name(report.source), name(predicted.source));
+  if (report.destination != predicted.destination) {
+    differ("destination", name(report.destination), name(predicted.destination));
+  }
+  if (report.logical_nbytes != predicted.logical_nbytes || report.storage_nbytes != predicted.storage_nbytes) {
+    differ("bytes", std::to_string(report.logical_nbytes) + "/" + std::to_string(report.storage_nbytes),
+           std::to_string(predicted.logical_nbytes) + "/" + std::to_string(predicted.storage_nbytes));
+  }
+  const std::optional<int> sampled =
+      report.allocator_device ? std::optional<int>(report.allocator_device->index()) : std::nullopt;
+  if (sampled != predicted.allocator_device) {
+    differ("allocator_device", sampled ? "cuda:" + std::to_string(*sampled) : "none",
+           predicted.allocator_device ? "cuda:" + std::to_string(*predicted.allocator_device) : "none");
+  }
+  // The simulated allocator is instrumented: samples exist exactly when a device was sampled.
+  if (report.allocator_allocated_bytes_before.has_value() != sampled.has_value()) {
+    differ("allocator samples", report.allocator_allocated_bytes_before ? "present" : "absent",
+           sampled ? "present" : "absent");
+  }
+  if (report.started_at_ns < called_at || report.completed_at_ns < report.started_at_ns) {
+    differ("timestamps", std::to_string(report.started_at_ns) + ".." + std::to_string(report.completed_at_ns),
+           "no earlier than the call (" + std::to_string(called_at) + ")");
+  }
+}
+
 struct RunPrimitive : Command {
   Primitive primitive;
   explicit RunPrimitive(const Model& model) : primitive(primitive_gen(model)) {}
@@ -152,15 +187,19 @@ struct RunPrimitive : Command {
     std::string step = yaml_primitive(primitive);
     step = step.substr(1, step.size() - 2);  // a step, not an action list entry
     const ResidencyHandle handle = system.handle(primitive.value);
+    std::optional<ResidencyTransitionReport> report;
+    const std::int64_t called_at = system.simulated->now_ns();
     verify(system, step, predicted, after, [&] {
       switch (primitive.kind) {
-        case PrimitiveKind::ensure: system.manager->ensure(handle, primitive.location); break;
-        case PrimitiveKind::move: system.manager->move(handle, primitive.location, primitive.from); break;
-        case PrimitiveKind::drop: system.manager->drop(handle, primitive.location); break;
-        case PrimitiveKind::discard: system.manager->discard(handle); break;
+        case PrimitiveKind::ensure: report = system.manager->ensure(handle, primitive.location); break;
+        case PrimitiveKind::move: report = system.manager->move(handle, primitive.location, primitive.from); break;
+        case PrimitiveKind::drop: report = system.manager->drop(handle, primitive.location); break;
+        case PrimitiveKind::discard: report = system.manager->discard(handle); break;
       }
     }, predicted != "ok");
+    if (report) check_report(system, step, *report, after.report, called_at);
   }
+
   void show(std::ostream& os) const override { os << yaml_primitive(primitive); }
 };
 
@@ -416,12 +455,15 @@ std::string actions_yaml(const std::vector<Primitive>& primitives) {
 }
 
 // Preflight, then sequential execution with faults: the committed prefix stays.
-std::string execute_in(Model& model, const std::vector<Primitive>& primitives, std::size_t& committed) {
+// `reports`, when given, receives the predicted report of each committed action.
+std::string execute_in(Model& model, const std::vector<Primitive>& primitives, std::size_t& committed,
+                       std::vector<PredictedReport>* reports = nullptr) {
   committed = 0;
   if (!preflight(model, primitives).empty()) return "plan";
   for (const auto& primitive : primitives) {
     const std::string outcome = model.apply(primitive);
     if (outcome != "ok" && outcome != "no-op") return "plan_execution";
+    if (reports != nullptr) reports->push_back(model.report);
     ++committed;
   }
   return "ok";
@@ -439,9 +481,12 @@ struct Execute : Command {
   void run(const Model& before, System& system) const override {
     Model after = before;
     std::size_t committed = 0;
-    const std::string predicted = execute_in(after, primitives, committed);
+    std::vector<PredictedReport> predicted_reports;
+    const std::string predicted = execute_in(after, primitives, committed, &predicted_reports);
     after.reap();
     const auto actions = actions_of(system, primitives);
+    const std::int64_t called_at = system.simulated->now_ns();
+    std::vector<ResidencyTransitionReport> transitions;
     const ResidencyPlanExplanation explanation = system.manager->explain(ResidencyPlan{"plan", actions});
     if (explanation.feasible != (predicted != "plan")) {
       system.log("execute: {actions: " + actions_yaml(primitives) + "}", predicted);
@@ -452,12 +497,18 @@ struct Execute : Command {
     std::optional<std::size_t> actual_committed;
     verify(system, "execute: {actions: " + actions_yaml(primitives) + "}", predicted, after, [&] {
       try {
-        actual_committed = system.manager->execute_actions(actions, "plan").transitions.size();
+        transitions = system.manager->execute_actions(actions, "plan").transitions;
+        actual_committed = transitions.size();
       } catch (const ResidencyPlanExecutionError& error) {
-        actual_committed = error.partial_report().transitions.size();
+        transitions = error.partial_report().transitions;
+        actual_committed = transitions.size();
         throw;
       }
     }, predicted == "plan");
+    // Each committed transition's report, field by field.
+    for (std::size_t i = 0; i < transitions.size() && i < predicted_reports.size(); ++i) {
+      check_report(system, "execute action " + std::to_string(i), transitions[i], predicted_reports[i], called_at);
+    }
     if (predicted != "plan" && actual_committed != committed) {
       system.fail("plan committed " + std::to_string(actual_committed.value_or(0)) + " transitions, model " +
                   std::to_string(committed));

@@ -152,8 +152,50 @@ std::string Model::materialize(std::size_t index, const ResidencyLocation& sourc
   return "";
 }
 
+namespace {
+
+// The allocator sampled for an action: the first CUDA location among its
+// destination, then its explicit source, or else the value's materializations
+// (in insertion order) where the action may take from any of them.
+std::optional<int> allocator_device(const Primitive& primitive, const ModelValue& value) {
+  const auto first_cuda = [&]() -> std::optional<int> {
+    for (const auto& location : value.at) {
+      if (location.is_cuda()) return location.cuda_index();
+    }
+    return std::nullopt;
+  };
+  switch (primitive.kind) {
+    case PrimitiveKind::ensure:
+    case PrimitiveKind::drop:
+      if (primitive.location.is_cuda()) return primitive.location.cuda_index();
+      return std::nullopt;
+    case PrimitiveKind::move:
+      if (primitive.location.is_cuda()) return primitive.location.cuda_index();
+      if (primitive.from) return primitive.from->is_cuda() ? std::optional<int>(primitive.from->cuda_index()) : std::nullopt;
+      return first_cuda();
+    case PrimitiveKind::discard:
+      return first_cuda();
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 std::string Model::apply(const Primitive& primitive, bool faults_active) {
   if (!known(primitive.value)) return "handle";
+  report = PredictedReport{};
+  report.logical_nbytes = report.storage_nbytes = values[primitive.value].charge;
+  report.allocator_device = allocator_device(primitive, values[primitive.value]);
+  if (primitive.kind == PrimitiveKind::ensure || primitive.kind == PrimitiveKind::move) {
+    report.destination = primitive.location;
+  }
+  if (primitive.kind == PrimitiveKind::drop) report.source = primitive.location;
+  const std::string outcome = apply_primitive(primitive, faults_active);
+  report.no_op = outcome == "no-op";
+  return outcome;
+}
+
+std::string Model::apply_primitive(const Primitive& primitive, bool faults_active) {
   ModelValue& value = values[primitive.value];
   const std::size_t index = primitive.value;
   const ResidencyLocation& target = primitive.location;
@@ -164,6 +206,7 @@ std::string Model::apply(const Primitive& primitive, bool faults_active) {
       ResidencyLocation source;
       bool temporary = false;
       if (std::string error = transfer_source(index, source, temporary, faults_active); !error.empty()) return error;
+      report.source = source;
       if (std::string error = materialize(index, source, temporary, target, faults_active); !error.empty()) {
         return error;
       }
@@ -179,6 +222,7 @@ std::string Model::apply(const Primitive& primitive, bool faults_active) {
           if (location != target && (!chosen || location < *chosen)) chosen = location;
         }
       }
+      report.source = chosen;  // an explicit source equal to the destination is reported too
       if (resident(index, target)) {
         if (!chosen || *chosen == target) return "no-op";
         if (protected_at(index, *chosen)) return "in_use";
@@ -196,6 +240,7 @@ std::string Model::apply(const Primitive& primitive, bool faults_active) {
       ResidencyLocation source;
       bool temporary = false;
       if (std::string error = transfer_source(index, source, temporary, faults_active); !error.empty()) return error;
+      report.source = source;
       if (std::string error = materialize(index, source, temporary, target, faults_active); !error.empty()) {
         return error;
       }

@@ -66,6 +66,15 @@ struct Primitive {
   std::optional<ResidencyLocation> from;
 };
 
+// The fields of the transition report a successful or no-op primitive yields.
+struct PredictedReport {
+  bool no_op = false;
+  std::optional<ResidencyLocation> source, destination;
+  std::int64_t logical_nbytes = 0, storage_nbytes = 0;
+  // The CUDA device whose allocator the report samples (index), if any.
+  std::optional<int> allocator_device;
+};
+
 struct Model {
   std::vector<ModelValue> values;
   std::vector<ResidencyLocation> registered;  // registration order
@@ -80,6 +89,8 @@ struct Model {
   // location, installed or removed materialization, registered or discarded
   // value, granted or ended lifetime, and reaped pending lease.
   std::uint64_t version = 0;
+  // Set by apply() when the primitive succeeds or is a no-op.
+  PredictedReport report;
   bool copy_fault_armed = false;     // the next runtime copy fails (once)
   bool record_fault_armed = false;   // the next event record fails (once)
 
@@ -112,6 +123,7 @@ struct Model {
   // "handle" / "unavailable" for the first value not resident at `at`, else "".
   std::string all_resident(const std::vector<std::size_t>& values, const ResidencyLocation& at) const;
   std::string check_admission(const ResidencyLocation& location, std::int64_t bytes) const;
+  std::string apply_primitive(const Primitive& primitive, bool faults_active);
   void register_location(const ResidencyLocation& location);
   void raise_peaks(ModelLocation& state);
   void install(std::size_t value, const ResidencyLocation& location);
