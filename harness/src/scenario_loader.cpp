@@ -3,8 +3,11 @@
 // ScenarioError with the node's position on the first problem.
 #include "fhelium/harness/scenario_loader.hpp"
 
+#include <yaml-cpp/eventhandler.h>
+#include <yaml-cpp/parser.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <fstream>
@@ -106,9 +109,48 @@ const std::set<std::string> error_kinds{"none",      "any",         "maybe",    
                                         "plan_execution", "reentrancy", "lifetime_closed", "closed",
                                         "invalid_argument", "out_of_memory", "device", "runtime", "logic"};
 
+// " (did you mean 'x'?)" when a candidate is a small edit away from `word`.
+template <class Names>
+std::string did_you_mean(const std::string& word, const Names& candidates) {
+  std::string best;
+  std::size_t best_distance = std::max<std::size_t>(2, word.size() / 3) + 1;
+  for (const auto& candidate : candidates) {
+    const std::string& name = candidate;
+    // Levenshtein distance, one row at a time.
+    std::vector<std::size_t> row(name.size() + 1);
+    for (std::size_t j = 0; j <= name.size(); ++j) row[j] = j;
+    for (std::size_t i = 1; i <= word.size(); ++i) {
+      std::size_t diagonal = row[0];
+      row[0] = i;
+      for (std::size_t j = 1; j <= name.size(); ++j) {
+        const std::size_t above = row[j];
+        row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (word[i - 1] == name[j - 1] ? 0 : 1)});
+        diagonal = above;
+      }
+    }
+    if (row[name.size()] < best_distance) {
+      best_distance = row[name.size()];
+      best = name;
+    }
+  }
+  return best.empty() ? "" : " (did you mean '" + best + "'?)";
+}
+
 class Reader {
  public:
   explicit Reader(std::string file) : file_(std::move(file)) {}
+
+  // CUDA devices the declared runtime has (simulated runtimes only): a
+  // location past them is a load error in declarations, and in a step unless
+  // that step expects an error.
+  void set_cuda_devices(std::optional<int> devices) const { cuda_devices_ = devices; }
+  // While reading a step, references to missing devices are remembered for the
+  // step to judge instead of failing at once.
+  void begin_step() const { missing_device_.reset(); in_step_ = true; }
+  std::optional<std::pair<YAML::Node, std::string>> end_step() const {
+    in_step_ = false;
+    return std::exchange(missing_device_, std::nullopt);
+  }
 
   [[noreturn]] void fail(const YAML::Node& node, const std::string& message) const {
     const YAML::Mark mark = node.Mark();
@@ -127,7 +169,8 @@ class Reader {
       if (allowed.count(key) == 0) {
         std::string list;
         for (const auto& name : allowed) list += (list.empty() ? "" : ", ") + name;
-        fail(entry.first, "unknown key '" + key + "' in " + what + " (allowed: " + list + ")");
+        fail(entry.first, "unknown key '" + key + "' in " + what + did_you_mean(key, allowed) + " (allowed: " + list +
+                              ")");
       }
     }
   }
@@ -195,11 +238,19 @@ class Reader {
   }
 
   ResidencyLocation location(const YAML::Node& node, const std::string& what) const {
+    ResidencyLocation result;
     try {
-      return ResidencyLocation::parse(text(node, what));
+      result = ResidencyLocation::parse(text(node, what));
     } catch (const std::invalid_argument& error) {
       fail(node, what + ": " + error.what());
     }
+    if (result.is_cuda() && cuda_devices_ && result.cuda_index() >= *cuda_devices_) {
+      const std::string message = what + ": " + result.name() + " is not a device of this scenario's runtime (it has " +
+                                  std::to_string(*cuda_devices_) + " CUDA device(s); runtime: {cuda_devices: N} adds more)";
+      if (!in_step_) fail(node, message);
+      if (!missing_device_) missing_device_ = std::make_pair(node, message);
+    }
+    return result;
   }
 
   std::optional<ResidencyLocation> optional_location(const YAML::Node& node, const std::string& what) const {
@@ -212,6 +263,13 @@ class Reader {
     StreamRef result;
     result.device = static_cast<int>(count(required(node, "device", what), what + " device"));
     if (node["id"]) result.id = count(node["id"], what + " id");
+    if (cuda_devices_ && result.device >= *cuda_devices_) {
+      const std::string message = what + ": device " + std::to_string(result.device) +
+                                  " is not a device of this scenario's runtime (it has " +
+                                  std::to_string(*cuda_devices_) + " CUDA device(s))";
+      if (!in_step_) fail(node, message);
+      if (!missing_device_) missing_device_ = std::make_pair(node, message);
+    }
     return result;
   }
 
@@ -247,6 +305,9 @@ class Reader {
 
  private:
   std::string file_;
+  mutable std::optional<int> cuda_devices_;
+  mutable bool in_step_ = false;
+  mutable std::optional<std::pair<YAML::Node, std::string>> missing_device_;
 };
 
 int line_of(const YAML::Node& node) { return node.Mark().line + 1; }
@@ -299,8 +360,10 @@ class ScenarioParser {
     if (root["description"]) scenario_.description = reader_.text(root["description"], "description");
     if (root["seed"]) scenario_.seed = static_cast<std::uint64_t>(reader_.count(root["seed"], "seed"));
     if (root["must_fail"]) scenario_.must_fail = reader_.name(root["must_fail"], "must_fail");
-    if (root["manager"]) parse_manager(root["manager"]);
+    // The runtime first: it says which CUDA devices every other part may name.
     if (root["runtime"]) parse_runtime(root["runtime"]);
+    if (scenario_.runtime == "simulated") reader_.set_cuda_devices(scenario_.cuda_devices);
+    if (root["manager"]) parse_manager(root["manager"]);
     if (root["faults"]) {
       if (!root["faults"].IsSequence()) reader_.fail(root["faults"], "faults must be a list");
       for (const auto& fault : root["faults"]) scenario_.faults.push_back(parse_fault(reader_, fault, "fault"));
@@ -455,7 +518,11 @@ class ScenarioParser {
 
   std::string value_ref(const YAML::Node& node, const std::string& what) {
     const std::string value = reader_.name(node, what);
-    if (scenario_.find_value(value) == nullptr) reader_.fail(node, what + " names unknown value '" + value + "'");
+    if (scenario_.find_value(value) == nullptr) {
+      std::vector<std::string> names;
+      for (const auto& declared : scenario_.values) names.push_back(declared.name);
+      reader_.fail(node, what + " names unknown value '" + value + "'" + did_you_mean(value, names));
+    }
     return value;
   }
 
@@ -624,7 +691,13 @@ class ScenarioParser {
   std::string lifetime_ref(const YAML::Node& node, const std::string& kind, const std::string& what) {
     const std::string ref = reader_.name(node, what);
     const auto found = lifetimes_.find(ref);
-    if (found == lifetimes_.end()) reader_.fail(node, what + " names no earlier " + kind + " '" + ref + "'");
+    if (found == lifetimes_.end()) {
+      std::vector<std::string> names;
+      for (const auto& [name, earlier_kind] : lifetimes_) {
+        if (earlier_kind == kind) names.push_back(name);
+      }
+      reader_.fail(node, what + " names no earlier " + kind + " '" + ref + "'" + did_you_mean(ref, names));
+    }
     if (found->second != kind) reader_.fail(node, what + " '" + ref + "' is a " + found->second + ", not a " + kind);
     return ref;
   }
@@ -653,6 +726,7 @@ class ScenarioParser {
 
   Step parse_step(const YAML::Node& node) {
     reader_.require_map(node, "step");
+    reader_.begin_step();
     Step step;
     step.line = line_of(node);
     std::optional<std::string> kind_name;
@@ -662,7 +736,9 @@ class ScenarioParser {
       if (key == "expect" || key == "remember_version") continue;
       const auto found = step_kinds().find(key);
       if (found == step_kinds().end()) {
-        reader_.fail(entry.first, "unknown step '" + key + "'");
+        std::vector<std::string> names{"expect", "remember_version"};
+        for (const auto& [name, kind] : step_kinds()) names.push_back(name);
+        reader_.fail(entry.first, "unknown step '" + key + "'" + did_you_mean(key, names));
       }
       if (kind_name) reader_.fail(entry.first, "a step has exactly one operation; found '" + *kind_name + "' and '" + key + "'");
       kind_name = key;
@@ -726,7 +802,11 @@ class ScenarioParser {
         }
         const YAML::Node plan = reader_.required(args, "plan", what);
         step.plan = reader_.name(plan, what + " plan");
-        if (scenario_.find_plan(step.plan) == nullptr) reader_.fail(plan, what + " names unknown plan '" + step.plan + "'");
+        if (scenario_.find_plan(step.plan) == nullptr) {
+          std::vector<std::string> names;
+          for (const auto& declared : scenario_.plans) names.push_back(declared.name);
+          reader_.fail(plan, what + " names unknown plan '" + step.plan + "'" + did_you_mean(step.plan, names));
+        }
         parse_version(args, what, step);
         if (scope) {
           parse_streams(args, what, step);
@@ -823,6 +903,10 @@ class ScenarioParser {
       step.remember_version = reader_.name(node["remember_version"], what + " remember_version");
       remembered_.insert(step.remember_version);
     }
+    // A step may name a device the runtime lacks only to test that it is refused.
+    if (const auto missing = reader_.end_step(); missing && (!step.expect.error || *step.expect.error == "none")) {
+      reader_.fail(missing->first, missing->second + "; a step that means to test this needs expect: {error: ...}");
+    }
     return step;
   }
 
@@ -857,11 +941,132 @@ const PlanDecl* Scenario::find_plan(const std::string& plan) const {
   return nullptr;
 }
 
+namespace {
+
+// Walks the YAML event stream (yaml-cpp's node API keeps only the first of
+// two equal keys) and rejects a key repeated within one mapping, naming both
+// lines.
+class DuplicateKeyFinder final : public YAML::EventHandler {
+ public:
+  explicit DuplicateKeyFinder(std::string file) : file_(std::move(file)) {}
+
+  void OnDocumentStart(const YAML::Mark&) override {}
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t) override { node(mark, nullptr); }
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override { node(mark, nullptr); }
+  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t, const std::string& value) override {
+    node(mark, &value);
+  }
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    begin(mark, false);
+  }
+  void OnSequenceEnd() override { end(); }
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    begin(mark, true);
+  }
+  void OnMapEnd() override { end(); }
+
+ private:
+  struct Collection {
+    bool map = false;
+    bool at_key = true;                // a map's next node is a key
+    std::map<std::string, int> lines;  // keys seen, with their lines
+  };
+
+  // A complete node (scalar, null, alias) or, with `key` null, a non-scalar.
+  void node(const YAML::Mark& mark, const std::string* key) {
+    if (!open_.empty() && open_.back().map && open_.back().at_key && key != nullptr && *key != "<<") {
+      const auto [seen, inserted] = open_.back().lines.emplace(*key, mark.line + 1);
+      if (!inserted) {
+        throw ScenarioError(file_, mark.line + 1, mark.column + 1,
+                            "duplicate key '" + *key + "' (first at line " + std::to_string(seen->second) +
+                                "): a YAML mapping keeps only one of them");
+      }
+    }
+    advance();
+  }
+  void begin(const YAML::Mark&, bool map) { open_.push_back(Collection{map, true, {}}); }
+  void end() {
+    open_.pop_back();
+    advance();
+  }
+  void advance() {
+    if (!open_.empty() && open_.back().map) open_.back().at_key = !open_.back().at_key;
+  }
+
+  std::string file_;
+  std::vector<Collection> open_;
+};
+
+// YAML merge keys (`<<: *anchor`, or a list of anchors): keys the mapping does
+// not set itself are taken from the merged mappings, earlier ones first.
+// Bounded, because aliases let a small file describe a huge tree.
+void merge_keys(YAML::Node node, std::size_t& budget, const std::string& file) {
+  if (budget == 0) throw ScenarioError(file, 0, 0, "the YAML aliases expand past 1000000 nodes");
+  --budget;
+  if (node.IsSequence()) {
+    for (auto item : node) merge_keys(item, budget, file);
+    return;
+  }
+  if (!node.IsMap()) return;
+  if (const YAML::Node merged = node["<<"]) {
+    const YAML::Mark mark = merged.Mark();
+    std::vector<YAML::Node> sources;
+    if (merged.IsMap()) sources.push_back(merged);
+    if (merged.IsSequence()) {
+      for (const auto& item : merged) sources.push_back(item);
+    }
+    if (sources.empty() || std::any_of(sources.begin(), sources.end(), [](const YAML::Node& s) { return !s.IsMap(); })) {
+      throw ScenarioError(file, mark.line + 1, mark.column + 1, "'<<' merges mappings: give it *anchor or [*a, *b]");
+    }
+    node.remove("<<");
+    for (const auto& source : sources) {
+      for (const auto& entry : source) {
+        const std::string key = entry.first.as<std::string>();
+        if (!node[key]) node[key] = entry.second;  // shared, as an alias is
+      }
+    }
+  }
+  for (auto entry : node) merge_keys(entry.second, budget, file);
+}
+
+// yaml-cpp's messages do not say "tab"; YAML indentation must be spaces.
+void reject_tab_indentation(const std::string& text, const std::string& file) {
+  int line = 1;
+  std::size_t start = 0;
+  while (start < text.size()) {
+    std::size_t column = start;
+    while (column < text.size() && (text[column] == ' ' || text[column] == '\t')) {
+      if (text[column] == '\t') {
+        throw ScenarioError(file, line, static_cast<int>(column - start) + 1,
+                            "tab character in indentation: YAML indents with spaces only");
+      }
+      ++column;
+    }
+    const std::size_t next = text.find('\n', start);
+    if (next == std::string::npos) break;
+    start = next + 1;
+    ++line;
+  }
+}
+
+}  // namespace
+
 Scenario parse_scenario(const std::string& text, const std::string& file) {
+  reject_tab_indentation(text, file);
   YAML::Node root;
   try {
+    std::istringstream stream(text);
+    YAML::Parser parser(stream);
+    DuplicateKeyFinder finder(file);
+    while (parser.HandleNextDocument(finder)) {
+    }
     root = YAML::Load(text);
+    std::size_t budget = 1'000'000;
+    merge_keys(root, budget, file);
   } catch (const YAML::ParserException& error) {
+    throw ScenarioError(file, error.mark.line + 1, error.mark.column + 1, "malformed YAML: " + error.msg);
+  } catch (const YAML::Exception& error) {
     throw ScenarioError(file, error.mark.line + 1, error.mark.column + 1, "malformed YAML: " + error.msg);
   }
   Reader reader(file);

@@ -105,6 +105,28 @@ steps:
   EXPECT_EQ(scenario.steps[4].ns, std::numeric_limits<std::int64_t>::max());
 }
 
+TEST(Loader, MergeKeysAndDevicesAStepExpectsToBeRefused) {
+  const Scenario scenario = parse_scenario(R"(
+name: merged
+values:
+  layer0: &layer {bytes: 4KiB, adopt_at: pinned-host, mode: replicable}
+  layer1: {<<: *layer, bytes: 8KiB}
+  layer2:
+    <<: [*layer]
+    adopt_at: pageable-host
+steps:
+  - ensure: {value: layer0, at: cuda:7}
+    expect: {error: invalid_argument}
+)", "merged.yaml");
+  ASSERT_EQ(scenario.values.size(), 3u);
+  EXPECT_EQ(scenario.values[1].elements * 4, 8192);           // its own key wins
+  EXPECT_EQ(scenario.values[1].at, PINNED_HOST);             // merged from the anchor
+  EXPECT_EQ(scenario.values[1].mode, residency::ReplicaMode::replicable);
+  EXPECT_EQ(scenario.values[2].at, residency::PAGEABLE_HOST);
+  EXPECT_EQ(scenario.values[2].elements * 4, 4096);
+  EXPECT_EQ(scenario.steps[0].location, cuda_location(7));  // allowed: the step expects the error
+}
+
 struct BadFile {
   const char* text;
   int line;
@@ -127,7 +149,7 @@ TEST(Loader, NamesFileLineAndColumnOfEveryMistake) {
       {"name: x\nfaults:\n  - {name: f, operation: copy, effect: delay, delay_ns: 5}\nsteps: []\n", 3, 5,
        "applies only to record_event"},
       {"name: x\nvalues:\n  a: {bytes: 4, adopt_at: pageable-host}\n  a: {bytes: 4, adopt_at: pageable-host}\nsteps: []\n",
-       4, 3, "duplicate value 'a'"},
+       4, 3, "duplicate key 'a' (first at line 3)"},
       {"name: x\nvalues:\n  a: {adopt_at: pageable-host}\nsteps: []\n", 3, 6, "exactly one of 'elements' and 'bytes'"},
       {"name: x\nsteps:\n  - hold: {values: [], at: cuda:0, as: h}\n  - reserve: {at: cuda:0, bytes: 1, label: l, as: h}\n",
        4, 51, "already used by a hold"},
@@ -141,6 +163,21 @@ TEST(Loader, NamesFileLineAndColumnOfEveryMistake) {
       {"name: x\nvalues:\n  a: {elements: 4611686018427387904, adopt_at: pageable-host}\nsteps: []\n", 3, 17,
        "do not fit in a signed 64-bit byte count"},
       {"name: x\nlimits: {budget: 3}\nsteps: []\n", 2, 10, "unknown key 'budget' in limits"},
+      // Strict YAML: duplicate keys name both lines; tabs are named; suggestions.
+      {"name: x\nsteps: []\nsteps: []\n", 3, 1, "duplicate key 'steps' (first at line 2)"},
+      {"name: x\nvalues:\n  a: {bytes: 4, adopt_at: pageable-host}\nsteps:\n  - move: {value: a, to: cuda:0, to: pinned-host}\n",
+       5, 34, "duplicate key 'to'"},
+      {"name: x\nvalues:\n\ta: {bytes: 4, adopt_at: pageable-host}\nsteps: []\n", 3, 1, "tab character in indentation"},
+      {"name: x\nsteps:\n  - ensur: {value: a, at: cuda:0}\n", 3, 5, "unknown step 'ensur' (did you mean 'ensure'?)"},
+      {"name: x\nvalues:\n  weights: {bytes: 4, adopt_at: pageable-host}\nsteps:\n  - drop: {value: weight, at: cuda:0}\n",
+       5, 19, "unknown value 'weight' (did you mean 'weights'?)"},
+      {"name: x\nsteps:\n  - snapshot: {}\n    expct: {}\n", 4, 5, "unknown step 'expct' (did you mean 'expect'?)"},
+      // Locations are checked against the declared runtime when the file loads.
+      {"name: x\nruntime: {cuda_devices: 1}\nvalues:\n  a: {bytes: 4, adopt_at: cuda:1}\nsteps: []\n", 4, 27,
+       "cuda:1 is not a device of this scenario's runtime (it has 1 CUDA device(s)"},
+      {"name: x\nmanager: {budgets: {cuda:3: 1KiB}}\nsteps: []\n", 2, 21, "cuda:3 is not a device"},
+      {"name: x\nvalues:\n  a: {bytes: 4, adopt_at: pageable-host}\nsteps:\n  - ensure: {value: a, at: cuda:2}\n", 5, 28,
+       "a step that means to test this needs expect: {error: ...}"},
   };
   for (const auto& bad : cases) {
     try {
