@@ -1001,11 +1001,14 @@ class DuplicateKeyFinder final : public YAML::EventHandler {
 // YAML merge keys (`<<: *anchor`, or a list of anchors): keys the mapping does
 // not set itself are taken from the merged mappings, earlier ones first.
 // Bounded, because aliases let a small file describe a huge tree.
-void merge_keys(YAML::Node node, std::size_t& budget, const std::string& file) {
+void merge_keys(YAML::Node node, std::size_t& budget, const std::string& file, int depth = 0) {
   if (budget == 0) throw ScenarioError(file, 0, 0, "the YAML aliases expand past 1000000 nodes");
+  if (depth > 200) {
+    throw ScenarioError(file, node.Mark().line + 1, node.Mark().column + 1, "YAML nested more than 200 levels deep");
+  }
   --budget;
   if (node.IsSequence()) {
-    for (auto item : node) merge_keys(item, budget, file);
+    for (auto item : node) merge_keys(item, budget, file, depth + 1);
     return;
   }
   if (!node.IsMap()) return;
@@ -1027,7 +1030,7 @@ void merge_keys(YAML::Node node, std::size_t& budget, const std::string& file) {
       }
     }
   }
-  for (auto entry : node) merge_keys(entry.second, budget, file);
+  for (auto entry : node) merge_keys(entry.second, budget, file, depth + 1);
 }
 
 // yaml-cpp's messages do not say "tab"; YAML indentation must be spaces.
