@@ -58,23 +58,58 @@ RC_GTEST_PROP(Records, LocationSnapshotAcceptsExactlyItsRules, ()) {
             }) == valid);
 }
 
+// No reason, a real one, or a blank one (which every record rejects).
+rc::Gen<std::optional<std::string>> reason_gen() {
+  return rc::gen::element<std::optional<std::string>>(std::nullopt, std::string("destination already resident"),
+                                                      std::string(""), std::string(" \t"));
+}
+bool reason_valid(const std::optional<std::string>& reason) {
+  return !reason || reason->find_first_not_of(" \t\r\n") != std::string::npos;
+}
+rc::Gen<std::optional<ResidencyLocation>> maybe_location() {
+  return rc::gen::element<std::optional<ResidencyLocation>>(std::nullopt, PAGEABLE_HOST, PINNED_HOST, cuda_location(1));
+}
+
 RC_GTEST_PROP(Records, TransitionReportAcceptsExactlyItsRules, ()) {
   const auto logical = *small(), storage = *small(), started = *small(), completed = *small();
-  const auto before = *maybe_small(), after = *maybe_small();
+  // Every optional field, present or absent, valid or not.
+  const auto allocated_before = *maybe_small(), reserved_before = *maybe_small();
+  const auto allocated_after = *maybe_small(), reserved_after = *maybe_small();
+  const auto source = *maybe_location(), destination = *maybe_location();
+  const bool no_op = *rc::gen::arbitrary<bool>();
   const int device_kind = *rc::gen::inRange(0, 4);  // none, cuda:N, unindexed cuda, cpu
-  const bool empty_reason = *rc::gen::arbitrary<bool>();
+  const auto reason = *reason_gen();
   std::optional<c10::Device> device;
   if (device_kind == 1) device = c10::Device(c10::DeviceType::CUDA, 2);
   if (device_kind == 2) device = c10::Device(c10::DeviceType::CUDA);
   if (device_kind == 3) device = c10::Device(c10::DeviceType::CPU);
+  const auto nonnegative = [](const std::optional<std::int64_t>& v) { return !v || *v >= 0; };
   const bool valid = logical >= 0 && storage >= 0 && started >= 0 && completed >= 0 && storage >= logical &&
-                     completed >= started && device_kind <= 1 && (!before || *before >= 0) &&
-                     (!after || *after >= 0) && !empty_reason;
-  const ResidencyAction action = DiscardValue{ResidencyHandle{"m", "1", "T"}};
+                     completed >= started && device_kind <= 1 && nonnegative(allocated_before) &&
+                     nonnegative(reserved_before) && nonnegative(allocated_after) && nonnegative(reserved_after) &&
+                     reason_valid(reason);
+  const ResidencyAction action = *rc::gen::element<ResidencyAction>(
+      DiscardValue{ResidencyHandle{"m", "1", "T"}}, EnsureResident{ResidencyHandle{"m", "1", "T"}, PINNED_HOST},
+      MoveResident{ResidencyHandle{"m", "1", "T"}, cuda_location(0), PAGEABLE_HOST});
   RC_ASSERT(accepted([&] {
-              ResidencyTransitionReport(action, false, std::nullopt, std::nullopt, logical, storage, started,
-                                        completed, device, before, std::nullopt, after, std::nullopt,
-                                        empty_reason ? std::optional<std::string>(" ") : std::nullopt);
+              const ResidencyTransitionReport report(action, no_op, source, destination, logical, storage, started,
+                                                     completed, device, allocated_before, reserved_before,
+                                                     allocated_after, reserved_after, reason);
+              // Accepted records keep every field as given.
+              RC_ASSERT(report.allocator_reserved_bytes_before == reserved_before);
+              RC_ASSERT(report.allocator_allocated_bytes_after == allocated_after);
+              RC_ASSERT(report.source == source && report.destination == destination && report.reason == reason);
+            }) == valid);
+}
+
+RC_GTEST_PROP(Records, ActionExplanationAcceptsExactlyItsRules, ()) {
+  const auto logical = *small(), storage = *small();
+  const auto reason = *reason_gen();
+  const bool executable = *rc::gen::arbitrary<bool>(), no_op = *rc::gen::arbitrary<bool>();
+  const bool valid = logical >= 0 && storage >= 0 && storage >= logical && reason_valid(reason);
+  RC_ASSERT(accepted([&] {
+              ResidencyActionExplanation(DiscardValue{ResidencyHandle{"m", "1", "T"}}, executable, no_op,
+                                         *maybe_location(), *maybe_location(), logical, storage, reason);
             }) == valid);
 }
 
@@ -97,6 +132,28 @@ RC_GTEST_PROP(Records, ValueSnapshotAcceptsExactlyItsRules, ()) {
             }) == valid);
 }
 
+RC_GTEST_PROP(Records, ReservationAndSnapshotAcceptExactlyTheirRules, ()) {
+  const auto nbytes = *small();
+  const auto label = *rc::gen::element<std::string>("workspace", "", "  ");
+  const bool label_valid = label.find_first_not_of(' ') != std::string::npos;
+  RC_ASSERT(accepted([&] { ResidencyReservationSnapshot(PINNED_HOST, nbytes, label); }) == (nbytes >= 0 && label_valid));
+
+  const auto manager_id = *rc::gen::element<std::string>("manager-1", "", " ");
+  const auto captured = *small();
+  const bool repeated_value = *rc::gen::arbitrary<bool>(), repeated_location = *rc::gen::arbitrary<bool>();
+  const ResidencyValueSpec spec("T", 1, 1, ReplicaMode::replicable, Recoverability::reconstructible);
+  std::vector<ResidencyValueSnapshot> values{ResidencyValueSnapshot(ResidencyHandle{"m", "1", "T"}, spec, {}, false,
+                                                                    std::nullopt, false)};
+  if (repeated_value) values.push_back(values.front());
+  const ResidencyLocationSnapshot at_host(PAGEABLE_HOST, std::nullopt, 0, 0, std::nullopt, 0, 0, 0, 0, 0, 0, 0,
+                                          std::nullopt, std::nullopt);
+  std::vector<ResidencyLocationSnapshot> locations{at_host};
+  if (repeated_location) locations.push_back(at_host);
+  const bool valid = manager_id.find_first_not_of(' ') != std::string::npos && captured >= 0 && !repeated_value &&
+                     !repeated_location;
+  RC_ASSERT(accepted([&] { ResidencySnapshot(manager_id, 3, values, locations, {}, captured); }) == valid);
+}
+
 RC_GTEST_PROP(Records, PlanReportAndExplanationAcceptExactlyTheirRules, ()) {
   const auto started = *small(), completed = *small(), peak = *small();
   const bool blank_name = *rc::gen::arbitrary<bool>();
@@ -106,8 +163,9 @@ RC_GTEST_PROP(Records, PlanReportAndExplanationAcceptExactlyTheirRules, ()) {
             (!blank_name && started >= 0 && completed >= started));
   std::vector<std::pair<ResidencyLocation, std::int64_t>> peaks{{PAGEABLE_HOST, peak}};
   if (repeated) peaks.emplace_back(PAGEABLE_HOST, 0);
-  RC_ASSERT(accepted([&] { ResidencyPlanExplanation(name, {}, {}, peaks, true); }) ==
-            (!blank_name && peak >= 0 && !repeated));
+  const auto reason = *reason_gen();
+  RC_ASSERT(accepted([&] { ResidencyPlanExplanation(name, {}, {}, peaks, *rc::gen::arbitrary<bool>(), reason); }) ==
+            (!blank_name && peak >= 0 && !repeated && reason_valid(reason)));
 }
 
 }  // namespace
