@@ -1062,8 +1062,9 @@ Scenario parse_scenario(const std::string& text, const std::string& file) {
     std::istringstream stream(text);
     YAML::Parser parser(stream);
     DuplicateKeyFinder finder(file);
-    while (parser.HandleNextDocument(finder)) {
-    }
+    // One document, as YAML::Load reads: yaml-cpp can report a next document
+    // for ever on some malformed input (",ver"), so never loop on it.
+    parser.HandleNextDocument(finder);
     root = YAML::Load(text);
     std::size_t budget = 1'000'000;
     merge_keys(root, budget, file);

@@ -201,5 +201,17 @@ TEST(Loader, ReportsMissingFiles) {
   }
 }
 
+// Inputs the fuzzer found: each hung the loader (yaml-cpp reported a next
+// document for ever); they must fail fast with a located error.
+TEST(Loader, FuzzFindingsFailFastWithALocatedError) {
+  const std::string findings[] = {
+      ",ver",
+      std::string(", replicated\x0a  tor a\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xef\xff\x00\x00\x00\x00\x00\x00\x00\x00\xff\x00\x00`@\x00\x0e\xa7\xf9\xff\xff\xff\xff:PPPPPPPPPP", 72),
+  };
+  for (const std::string& text : findings) {
+    EXPECT_THROW(parse_scenario(text, "finding.yaml"), ScenarioError);
+  }
+}
+
 }  // namespace
 }  // namespace fhelium::harness
