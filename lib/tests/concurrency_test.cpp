@@ -1,11 +1,16 @@
 // Thread safety and the reentrancy rule during source loads.
 #include <gtest/gtest.h>
 
+#include <functional>
+
+#include <chrono>
+
 #include <atomic>
 #include <future>
 #include <random>
 #include <thread>
 
+#include "fhelium/harness/forwarding_runtime.hpp"
 #include "support.hpp"
 
 namespace fhelium::residency {
@@ -19,6 +24,7 @@ TEST(Reentrancy, CallsFromALoadFailOnEveryThreadInsteadOfBlocking) {
   const ResidencyHandle other = manager.adopt(make_value(4));
   std::promise<void> loading;
   std::promise<std::string> other_thread_result;
+  const std::shared_future<std::string> observed = other_thread_result.get_future().share();
   bool same_thread_rejected = false;
   const ResidencyHandle lazy = manager.register_source(
       ResidencyValueSpec("Blob", 16, 16, ReplicaMode::exclusive, Recoverability::reconstructible), [&] {
@@ -29,7 +35,7 @@ TEST(Reentrancy, CallsFromALoadFailOnEveryThreadInsteadOfBlocking) {
         }
         loading.set_value();
         // Wait for the other thread's call to finish: it must fail, not block.
-        other_thread_result.get_future().wait();
+        observed.wait();
         return make_value(4);
       });
   std::thread observer([&] {
@@ -46,7 +52,57 @@ TEST(Reentrancy, CallsFromALoadFailOnEveryThreadInsteadOfBlocking) {
   manager.ensure(lazy, CUDA0);
   observer.join();
   EXPECT_TRUE(same_thread_rejected);
+  EXPECT_EQ(observed.get(), "rejected");
   EXPECT_EQ(resident_at(manager, lazy), std::vector<ResidencyLocation>{CUDA0});
+}
+
+// A thread already waiting for the state lock when a source load begins is
+// woken and rejected like a later caller, instead of waiting out the load.
+class ClockHookRuntime final : public harness::ForwardingRuntime {
+ public:
+  using ForwardingRuntime::ForwardingRuntime;
+  std::function<void()> on_clock;  // run once, inside the manager's call, before the load
+
+ private:
+  std::int64_t do_now_ns() override {
+    if (auto hook = std::exchange(on_clock, nullptr)) hook();
+    return ForwardingRuntime::do_now_ns();
+  }
+};
+
+TEST(Reentrancy, ThreadsAlreadyWaitingWhenALoadBeginsAreRejectedToo) {
+  auto simulated = std::make_shared<harness::SimulatedRuntime>();
+  auto runtime = std::make_shared<ClockHookRuntime>(simulated);
+  ManagerOptions options;
+  options.runtime = runtime;
+  ResidencyManager manager(std::move(options));
+  std::promise<void> load_done;
+  std::shared_future<void> release_load = load_done.get_future().share();
+  const ResidencyHandle lazy = manager.register_source(
+      ResidencyValueSpec("Blob", 16, 16, ReplicaMode::exclusive, Recoverability::reconstructible), [&] {
+        release_load.wait();  // hold the load open until the waiter has its answer
+        return make_value(4);
+      });
+  std::promise<std::string> waiter_result;
+  std::future<std::string> waited = waiter_result.get_future();
+  std::thread waiter;
+  runtime->on_clock = [&] {
+    // The ensure below holds the state lock now; start a caller that must wait for it.
+    waiter = std::thread([&] {
+      try {
+        manager.snapshot();
+        waiter_result.set_value("snapshot succeeded");
+      } catch (const ResidencyReentrancyError&) {
+        waiter_result.set_value("rejected");
+      }
+      load_done.set_value();
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // let it block on the lock
+  };
+  manager.ensure(lazy, PAGEABLE_HOST);
+  waiter.join();
+  EXPECT_EQ(waited.get(), "rejected");
+  EXPECT_EQ(resident_at(manager, lazy), std::vector<ResidencyLocation>{PAGEABLE_HOST});
 }
 
 TEST(Reentrancy, DiagnosticSinksCannotReenter) {
