@@ -707,11 +707,26 @@ class Replayer {
                             "' feasible, but running it without faults failed: " + outcome.error->message);
     }
     if (outcome.error) return;
+    // An executed plan ran every action it explained, so its prediction is
+    // exact: each peak becomes max(earlier peak, predicted). A scope's entry
+    // runs only part of what was explained (not the exit), so there the
+    // prediction is a bound.
+    const bool exact = step.kind == StepKind::execute;
     for (const auto& location : snapshot.locations) {
       const auto before = peaks_before.find(location.location);
       const std::int64_t previous = before == peaks_before.end() ? 0 : before->second;
-      if (location.peak_charged_bytes <= previous) continue;
       const auto predicted = preflight.predicted_peak(location.location);
+      if (exact) {
+        const std::int64_t expected = std::max(previous, predicted.value_or(0));
+        if (location.peak_charged_bytes != expected) {
+          fail(index, step, "invariant predicted-peak violated at " + location.location.name() + ": observed peak " +
+                                std::to_string(location.peak_charged_bytes) + ", expected max(earlier " +
+                                std::to_string(previous) + ", predicted " +
+                                (predicted ? std::to_string(*predicted) : "none") + ")");
+        }
+        continue;
+      }
+      if (location.peak_charged_bytes <= previous) continue;
       if (!predicted || location.peak_charged_bytes > *predicted) {
         fail(index, step, "invariant predicted-peak violated at " + location.location.name() + ": observed peak " +
                               std::to_string(location.peak_charged_bytes) + " > predicted " +
