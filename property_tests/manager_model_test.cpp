@@ -9,6 +9,7 @@
 #include <rapidcheck/state.h>
 
 #include <iostream>
+#include <map>
 
 #include "fhelium/harness/contents.hpp"
 #include "system.hpp"
@@ -221,25 +222,39 @@ std::string values_yaml(const std::vector<std::size_t>& values) {
 struct Acquire : Command {
   std::vector<std::size_t> values;
   ResidencyLocation at;
-  explicit Acquire(const Model& model) : values(some_values(model)), at(location_for(model, values.front())) {}
+  // A CUDA lease may add a second consumer stream; it then stays protective
+  // until the work on both streams is done, whichever finishes first.
+  bool second_stream;
+  explicit Acquire(const Model& model)
+      : values(some_values(model)),
+        at(location_for(model, values.front())),
+        second_stream(at.is_cuda() && *rc::gen::arbitrary<bool>()) {}
 
+  std::vector<int> streams() const { return second_stream ? std::vector<int>{1, 2} : std::vector<int>{1}; }
   void apply(Model& model) const override {
     std::size_t id = 0;
-    model.acquire(values, at, id);
+    model.acquire(values, at, id, streams());
     model.reap();
   }
   void run(const Model& before, System& system) const override {
     Model after = before;
     std::size_t id = 0;
-    const std::string predicted = after.acquire(values, at, id);
+    const std::string predicted = after.acquire(values, at, id, streams());
     after.reap();
     const std::string name = system.name_lifetime("lease");
-    const std::string step = "acquire: {values: " + values_yaml(values) + ", at: " + at.name() + stream_yaml(at) +
-                             ", as: " + name + "}";
+    std::string step = "acquire: {values: " + values_yaml(values) + ", at: " + at.name() + stream_yaml(at) +
+                       ", as: " + name + "}";
+    if (second_stream && predicted == "ok") {
+      step += "\n  - add_consumer_stream: {lease: " + name + ", stream: {device: " + std::to_string(at.cuda_index()) +
+              ", id: 2}}";
+    }
     verify(system, step, predicted, after, [&] {
       std::vector<ResidencyHandle> handles;
       for (const auto value : values) handles.push_back(system.handle(value));
       auto lease = system.manager->acquire(handles, at, consumer_stream(at));
+      if (second_stream) {
+        lease.add_consumer_stream(c10::Stream(c10::Stream::UNSAFE, at.device(), 2));
+      }
       for (const auto value : values) {
         if (!harness::same_contents(lease.value(system.handle(value)),
                                     System::contents(value, before.values[value].charge))) {
@@ -378,15 +393,17 @@ struct ReleaseReservation : Command {
 
 struct Work : Command {
   int device = *rc::gen::inRange(0, 2);
+  int stream = *rc::gen::element(1, 2);
   std::int64_t ns = *rc::gen::element<std::int64_t>(10, 100, 1000);
-  void apply(Model& model) const override { model.work(device, ns); }
+  void apply(Model& model) const override { model.work(device, ns, stream); }
   void run(const Model& before, System& system) const override {
     Model after = before;
-    after.work(device, ns);
+    after.work(device, ns, stream);
     after.reap();
-    const std::string step = "work: {stream: {device: " + std::to_string(device) + ", id: 1}, ns: " +
-                             std::to_string(ns) + "}";
-    verify(system, step, "ok", after, [&] { system.simulated->enqueue(system.simulated->stream(device, 1), ns); });
+    const std::string step = "work: {stream: {device: " + std::to_string(device) + ", id: " +
+                             std::to_string(stream) + "}, ns: " + std::to_string(ns) + "}";
+    verify(system, step, "ok", after,
+           [&] { system.simulated->enqueue(system.simulated->stream(device, stream), ns); });
   }
   void show(std::ostream& os) const override { os << "work " << ns << " on cuda:" << device; }
 };
@@ -667,6 +684,7 @@ struct Tally {
   std::int64_t cases = 0;
   std::int64_t commands = 0;
   std::int64_t faults_fired = 0;
+  std::map<std::string, std::int64_t> mix;  // commands by the step they logged
 };
 Tally& tally() {
   static Tally totals;
@@ -682,6 +700,9 @@ class TallyReport : public ::testing::Environment {
               << (::testing::UnitTest::GetInstance()->failed_test_count() == 0 ? "0 disagreements"
                                                                                 : "a disagreement (see above)")
               << std::endl;
+    std::cout << "command mix:";
+    for (const auto& [kind, count] : totals.mix) std::cout << " " << kind << " " << count;
+    std::cout << std::endl;
   }
 };
 [[maybe_unused]] ::testing::Environment* const tally_report =
@@ -694,6 +715,10 @@ RC_GTEST_PROP(ManagerModel, MatchesTheReferenceModelUnderFaults, ()) {
   tally().cases += 1;
   tally().commands += static_cast<std::int64_t>(system.steps_yaml.size());
   tally().faults_fired += static_cast<std::int64_t>(system.faults->fired().size());
+  for (const auto& step : system.steps_yaml) {
+    const std::size_t start = step.find("- ") + 2;
+    tally().mix[step.substr(start, step.find(':', start) - start)] += 1;
+  }
 }
 
 }  // namespace

@@ -273,11 +273,12 @@ std::string Model::all_resident(const std::vector<std::size_t>& list, const Resi
   return "";
 }
 
-std::string Model::acquire(const std::vector<std::size_t>& list, const ResidencyLocation& at, std::size_t& id) {
+std::string Model::acquire(const std::vector<std::size_t>& list, const ResidencyLocation& at, std::size_t& id,
+                           std::vector<int> streams) {
   if (std::string error = all_resident(list, at); !error.empty()) return error;
   for (const std::size_t value : list) values[value].uses[at] += 1;
   id = next_lifetime++;
-  leases[id] = ModelLease{list, at, false, 0};
+  leases[id] = ModelLease{list, at, false, 0, std::move(streams)};
   version += 1;
   return "ok";
 }
@@ -292,7 +293,11 @@ std::string Model::release_lease(std::size_t id, bool wait) {
     leases.erase(found);
     return "ok";
   }
-  const std::int64_t tail = std::max(stream_tail_ns[lease.location.cuda_index()], now_ns);
+  // Protection lasts until every consumer stream's work is done.
+  std::int64_t tail = now_ns;
+  for (const int stream : lease.streams) {
+    tail = std::max(tail, stream_tail_ns[{lease.location.cuda_index(), stream}]);
+  }
   if (record_fault_armed) {
     // Recording failed: the consumer stream is synchronized instead.
     record_fault_armed = false;
@@ -349,8 +354,8 @@ std::string Model::release_reservation(std::size_t id) {
   return "ok";
 }
 
-void Model::work(int device, std::int64_t ns) {
-  std::int64_t& tail = stream_tail_ns[device];
+void Model::work(int device, std::int64_t ns, int stream) {
+  std::int64_t& tail = stream_tail_ns[{device, stream}];
   tail = std::max(tail, now_ns) + ns;
 }
 

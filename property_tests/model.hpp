@@ -45,6 +45,7 @@ struct ModelLease {
   ResidencyLocation location;
   bool pending = false;
   std::int64_t completes_at_ns = 0;
+  std::vector<int> streams{1};  // consumer stream ids on the lease's device (CUDA only)
 };
 
 struct ModelHold {
@@ -84,7 +85,8 @@ struct Model {
   std::map<std::size_t, ModelReservation> reservations;
   std::size_t next_lifetime = 0;
   std::int64_t now_ns = 0;
-  std::map<int, std::int64_t> stream_tail_ns;  // consumer stream id 1 of each device
+  // When the work enqueued on consumer stream (device, id) ends; ids 1 and 2.
+  std::map<std::pair<int, int>, std::int64_t> stream_tail_ns;
   // The manager's state_version, predicted exactly: one bump per registered
   // location, installed or removed materialization, registered or discarded
   // value, granted or ended lifetime, and reaped pending lease.
@@ -108,13 +110,14 @@ struct Model {
   std::string register_source(std::int64_t charge, const ResidencyLocation& at, bool exclusive, bool flaky);
   // `loads_succeed`: plan preflight assumes sources load (explain cannot know).
   std::string apply(const Primitive& primitive, bool faults_active = true);
-  std::string acquire(const std::vector<std::size_t>& values, const ResidencyLocation& at, std::size_t& id);
+  std::string acquire(const std::vector<std::size_t>& values, const ResidencyLocation& at, std::size_t& id,
+                      std::vector<int> streams = {1});
   std::string release_lease(std::size_t id, bool wait);
   std::string hold(const std::vector<std::size_t>& values, const ResidencyLocation& at, std::size_t& id);
   std::string release_hold(std::size_t id);
   std::string reserve(const ResidencyLocation& at, std::int64_t bytes, std::size_t& id);
   std::string release_reservation(std::size_t id);
-  void work(int device, std::int64_t ns);
+  void work(int device, std::int64_t ns, int stream = 1);
   void advance(std::int64_t ns);
   // Completed pending leases stop protecting (what every snapshot observes).
   void reap();
