@@ -82,17 +82,21 @@ struct RegisterSource : Command {
   std::int64_t charge = *charge_gen();
   ResidencyLocation at = *rc::gen::element(PAGEABLE_HOST, PINNED_HOST);
   bool exclusive = *rc::gen::arbitrary<bool>();
-  bool flaky = *rc::gen::weightedElement<bool>({{3, false}, {1, true}});
+  // Its first load: succeeds, throws, or calls the manager back (refused).
+  int first_load = *rc::gen::weightedElement<int>({{6, 0}, {2, 1}, {1, 2}});
+  bool flaky = first_load == 1;
+  bool reenters = first_load == 2;
 
-  void apply(Model& model) const override { model.register_source(charge, at, exclusive, flaky); }
+  void apply(Model& model) const override { model.register_source(charge, at, exclusive, flaky, reenters); }
   void run(const Model& before, System& system) const override {
     Model after = before;
-    after.register_source(charge, at, exclusive, flaky);
+    after.register_source(charge, at, exclusive, flaky, reenters);
     after.reap();
     const std::size_t index = before.values.size();
     system.values_yaml.push_back("  v" + std::to_string(index) + ": {bytes: " + std::to_string(charge) +
                                  ", source_at: " + at.name() + ", mode: " + (exclusive ? "exclusive" : "replicable") +
-                                 (flaky ? ", fail_on_load: 1" : "") + ", deferred: true}");
+                                 (flaky ? ", fail_on_load: 1" : "") + (reenters ? ", reenter_on_load: 1" : "") +
+                                 ", deferred: true}");
     const std::string step = "register_source: {value: v" + std::to_string(index) + "}";
     verify(system, step, "ok", after, [&] {
       auto loads = std::make_shared<int>(0);
@@ -102,8 +106,9 @@ struct RegisterSource : Command {
                                     Recoverability::reconstructible);
       system.handles.push_back(system.manager->register_source(
           spec,
-          [owner, loads, index, bytes = charge, where = at, fails = flaky]() -> ResidentValue {
+          [owner, loads, index, bytes = charge, where = at, fails = flaky, calls_back = reenters]() -> ResidentValue {
             if (++*loads == 1 && fails) throw std::runtime_error("source load fails");
+            if (*loads == 1 && calls_back) owner->manager->snapshot();  // refused: ResidencyReentrancyError
             return owner->placed(System::contents(index, bytes), where);
           },
           at));

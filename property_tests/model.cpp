@@ -88,7 +88,8 @@ std::string Model::adopt(std::int64_t charge, const ResidencyLocation& at, bool 
   return "ok";
 }
 
-std::string Model::register_source(std::int64_t charge, const ResidencyLocation& at, bool exclusive, bool flaky) {
+std::string Model::register_source(std::int64_t charge, const ResidencyLocation& at, bool exclusive, bool flaky,
+                                   bool reenters) {
   register_location(at);
   ModelValue value;
   value.charge = charge;
@@ -96,6 +97,7 @@ std::string Model::register_source(std::int64_t charge, const ResidencyLocation&
   value.source = true;
   value.source_location = at;
   value.flaky = flaky;
+  value.reenters = reenters;
   values.push_back(value);
   version += 1;
   return "ok";
@@ -117,9 +119,9 @@ std::string Model::transfer_source(std::size_t index, ResidencyLocation& source,
   raise_peaks(state);
   if (faults_active) {
     value.loads += 1;
-    if (value.flaky && value.loads == 1) {
+    if ((value.flaky || value.reenters) && value.loads == 1) {
       state.reserved -= value.charge;
-      return "runtime";
+      return value.reenters ? "reentrancy" : "runtime";
     }
   }
   temporary = true;

@@ -29,6 +29,7 @@ struct ModelValue {
   bool source = false;  // registered source (RECONSTRUCTIBLE) instead of adopted
   ResidencyLocation source_location;
   bool flaky = false;   // its source fails on the first load
+  bool reenters = false;  // its source calls the manager back on the first load (refused: reentrancy)
   std::int64_t loads = 0;
   std::vector<ResidencyLocation> at;  // insertion order
   std::map<ResidencyLocation, std::int64_t> uses, holds, pending;
@@ -107,7 +108,8 @@ struct Model {
 
   // --- transitions: return the outcome ("ok", "no-op" or an error kind) ---
   std::string adopt(std::int64_t charge, const ResidencyLocation& at, bool exclusive);
-  std::string register_source(std::int64_t charge, const ResidencyLocation& at, bool exclusive, bool flaky);
+  std::string register_source(std::int64_t charge, const ResidencyLocation& at, bool exclusive, bool flaky,
+                              bool reenters = false);
   // `loads_succeed`: plan preflight assumes sources load (explain cannot know).
   std::string apply(const Primitive& primitive, bool faults_active = true);
   std::string acquire(const std::vector<std::size_t>& values, const ResidencyLocation& at, std::size_t& id,

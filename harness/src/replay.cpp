@@ -267,6 +267,12 @@ class Replayer {
       throw InjectedSourceFailure(rule, "injected source failure: load " + std::to_string(count) + " of '" +
                                             decl.name + "'");
     }
+    if (decl.reenter_on_load && *decl.reenter_on_load == count) {
+      // A callback that calls back into the manager: the manager must refuse
+      // (ResidencyReentrancyError), and that refusal ends the load.
+      record_fault(rule, "load", count, "load " + std::to_string(count) + " of '" + decl.name + "' re-enters the manager");
+      manager_->snapshot();
+    }
     if (decl.wrong) {
       record_fault(rule, "load", count, "load returns a value of the wrong " + *decl.wrong);
       if (*decl.wrong == "size") return placed(expected_value(decl, decl.elements + 1), decl.at);

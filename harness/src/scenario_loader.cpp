@@ -444,7 +444,7 @@ class ScenarioParser {
       const YAML::Node spec = entry.second;
       reader_.require_keys(spec, what,
                            {"type", "elements", "bytes", "dtype", "mode", "adopt_at", "source_at", "deferred",
-                            "fail_on_load", "wrong"});
+                            "fail_on_load", "reenter_on_load", "wrong"});
       if (spec["adopt_at"].IsDefined() == spec["source_at"].IsDefined()) {
         reader_.fail(spec, what + " needs exactly one of 'adopt_at' and 'source_at'");
       }
@@ -501,8 +501,14 @@ class ScenarioParser {
       }
       value.mode = mode == "exclusive" ? residency::ReplicaMode::exclusive : residency::ReplicaMode::replicable;
     }
-    if (!value.source && (spec["fail_on_load"] || spec["wrong"])) {
-      reader_.fail(spec, what + ": fail_on_load and wrong apply only to values with source_at");
+    if (!value.source && (spec["fail_on_load"] || spec["reenter_on_load"] || spec["wrong"])) {
+      reader_.fail(spec, what + ": fail_on_load, reenter_on_load and wrong apply only to values with source_at");
+    }
+    if (spec["reenter_on_load"]) {
+      value.reenter_on_load = reader_.integer(spec["reenter_on_load"], what + " reenter_on_load");
+      if (*value.reenter_on_load < 1) {
+        reader_.fail(spec["reenter_on_load"], what + " reenter_on_load must be at least 1");
+      }
     }
     if (spec["fail_on_load"]) {
       value.fail_on_load = reader_.integer(spec["fail_on_load"], what + " fail_on_load");
@@ -751,7 +757,8 @@ class ScenarioParser {
     switch (step.kind) {
       case StepKind::adopt:
       case StepKind::register_source: {
-        reader_.require_keys(args, what, {"value", "bytes", "elements", "dtype", "type", "mode", "at", "fail_on_load", "wrong"});
+        reader_.require_keys(args, what, {"value", "bytes", "elements", "dtype", "type", "mode", "at", "fail_on_load",
+                                          "reenter_on_load", "wrong"});
         if (args.size() > 1) declare_inline(args, step.kind == StepKind::register_source, what);
         step.value = value_ref(reader_.required(args, "value", what), what + " value");
         const ValueDecl& value = *scenario_.find_value(step.value);

@@ -35,6 +35,7 @@ struct ValueDecl {
   ResidencyLocation at = residency::PAGEABLE_HOST;    // adopt location or source location
   bool deferred = false;                              // created by an adopt/register_source step
   std::optional<std::int64_t> fail_on_load;           // source: the Nth load throws
+  std::optional<std::int64_t> reenter_on_load;        // source: the Nth load calls the manager back
   std::optional<std::string> wrong;                   // source returns a wrong "size", "type" or "location"
   int line = 0;
 };
