@@ -278,9 +278,14 @@ std::size_t pick(const std::vector<std::size_t>& ids) {
   return *rc::gen::elementOf(ids);
 }
 
+// Releasing, or abandoning: destroying the lifetime object without a release,
+// which must release it as safely (a lease waits for its consumer streams).
+bool abandon_gen() { return *rc::gen::weightedElement<bool>({{4, false}, {1, true}}); }
+
 struct ReleaseLease : Command {
   std::size_t id;
-  bool wait = *rc::gen::arbitrary<bool>();
+  bool abandon = abandon_gen();
+  bool wait = abandon || *rc::gen::arbitrary<bool>();
   explicit ReleaseLease(const Model& model) : id(pick([&] {
     std::vector<std::size_t> active;
     for (const auto& [lease, record] : model.leases) {
@@ -300,10 +305,20 @@ struct ReleaseLease : Command {
     Model after = before;
     after.release_lease(id, wait);
     after.reap();
-    const std::string step = "release: {lease: " + system.lifetime_names.at(id) + (wait ? ", wait: true" : "") + "}";
-    verify(system, step, "ok", after, [&] { system.leases.at(id).release(wait); });
+    const std::string step = abandon ? "abandon: {lease: " + system.lifetime_names.at(id) + "}"
+                                     : "release: {lease: " + system.lifetime_names.at(id) +
+                                           (wait ? ", wait: true" : "") + "}";
+    verify(system, step, "ok", after, [&] {
+      if (abandon) {
+        system.leases.erase(id);
+      } else {
+        system.leases.at(id).release(wait);
+      }
+    });
   }
-  void show(std::ostream& os) const override { os << "release lease" << id << (wait ? " wait" : ""); }
+  void show(std::ostream& os) const override {
+    os << (abandon ? "abandon lease" : "release lease") << id << (wait && !abandon ? " wait" : "");
+  }
 };
 
 struct Hold : Command {
@@ -335,6 +350,7 @@ struct Hold : Command {
 
 struct ReleaseHold : Command {
   std::size_t id;
+  bool abandon = abandon_gen();
   explicit ReleaseHold(const Model& model) : id(pick([&] {
     std::vector<std::size_t> ids;
     for (const auto& [hold, record] : model.holds) ids.push_back(hold);
@@ -346,10 +362,16 @@ struct ReleaseHold : Command {
     Model after = before;
     after.release_hold(id);
     after.reap();
-    verify(system, "release: {hold: " + system.lifetime_names.at(id) + "}", "ok", after,
-           [&] { system.holds.at(id).release(); });
+    verify(system, std::string(abandon ? "abandon" : "release") + ": {hold: " + system.lifetime_names.at(id) + "}",
+           "ok", after, [&] {
+             if (abandon) {
+               system.holds.erase(id);
+             } else {
+               system.holds.at(id).release();
+             }
+           });
   }
-  void show(std::ostream& os) const override { os << "release hold" << id; }
+  void show(std::ostream& os) const override { os << (abandon ? "abandon hold" : "release hold") << id; }
 };
 
 struct Reserve : Command {
@@ -379,6 +401,7 @@ struct Reserve : Command {
 
 struct ReleaseReservation : Command {
   std::size_t id;
+  bool abandon = abandon_gen();
   explicit ReleaseReservation(const Model& model) : id(pick([&] {
     std::vector<std::size_t> ids;
     for (const auto& [reservation, record] : model.reservations) ids.push_back(reservation);
@@ -390,10 +413,19 @@ struct ReleaseReservation : Command {
     Model after = before;
     after.release_reservation(id);
     after.reap();
-    verify(system, "release: {reservation: " + system.lifetime_names.at(id) + "}", "ok", after,
-           [&] { system.reservations.at(id).release(); });
+    verify(system,
+           std::string(abandon ? "abandon" : "release") + ": {reservation: " + system.lifetime_names.at(id) + "}",
+           "ok", after, [&] {
+             if (abandon) {
+               system.reservations.erase(id);
+             } else {
+               system.reservations.at(id).release();
+             }
+           });
   }
-  void show(std::ostream& os) const override { os << "release reservation" << id; }
+  void show(std::ostream& os) const override {
+    os << (abandon ? "abandon reservation" : "release reservation") << id;
+  }
 };
 
 struct Work : Command {

@@ -483,6 +483,13 @@ class Replayer {
         if (step.lifetime_kind == "hold") holds_.at(step.name).release();
         if (step.lifetime_kind == "reservation") reservations_.at(step.name).release();
         return outcome;
+      case StepKind::abandon:
+        // Destroying an active lifetime releases it safely and reports it.
+        if (step.lifetime_kind == "lease") leases_.erase(step.name);
+        if (step.lifetime_kind == "hold") holds_.erase(step.name);
+        if (step.lifetime_kind == "reservation") reservations_.erase(step.name);
+        if (step.lifetime_kind == "scope") scopes_.erase(step.name);
+        return outcome;
       case StepKind::hold: {
         std::vector<ResidencyHandle> list;
         for (const auto& value : step.values) list.push_back(handle(value));

@@ -87,6 +87,7 @@ const std::map<std::string, StepKind>& step_kinds() {
       {"acquire", StepKind::acquire},
       {"add_consumer_stream", StepKind::add_consumer_stream},
       {"release", StepKind::release},
+      {"abandon", StepKind::abandon},
       {"hold", StepKind::hold},
       {"reserve", StepKind::reserve},
       {"snapshot", StepKind::snapshot},
@@ -857,6 +858,19 @@ class ScenarioParser {
           if (step.lifetime_kind != "lease") reader_.fail(args["wait"], what + ": wait applies only to leases");
           step.wait = reader_.boolean(args["wait"], what + " wait");
         }
+        break;
+      }
+      case StepKind::abandon: {
+        // Destroys the lifetime object without releasing it (the destructor path).
+        reader_.require_keys(args, what, {"lease", "hold", "reservation", "scope"});
+        int refs = 0;
+        for (const char* kind : {"lease", "hold", "reservation", "scope"}) {
+          if (!args[kind]) continue;
+          ++refs;
+          step.lifetime_kind = kind;
+          step.name = lifetime_ref(args[kind], kind, what + " " + kind);
+        }
+        if (refs != 1) reader_.fail(args, what + " needs exactly one of lease, hold, reservation, scope");
         break;
       }
       case StepKind::reserve:

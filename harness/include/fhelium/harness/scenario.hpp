@@ -91,8 +91,8 @@ struct Expectation {
 
 enum class StepKind {
   adopt, register_source, ensure, copy, move, drop, discard, execute, explain, scope_enter, scope_close,
-  acquire, add_consumer_stream, release, hold, reserve, snapshot, close, advance, complete, work, verify, arm,
-  disarm
+  acquire, add_consumer_stream, release, abandon, hold, reserve, snapshot, close, advance, complete, work, verify,
+  arm, disarm
 };
 const char* to_string(StepKind kind) noexcept;
 
@@ -105,7 +105,7 @@ struct Step {
   std::optional<ResidencyLocation> from;
   std::optional<StreamRef> stream;
   std::string name;                         // lifetime name (as:), lease/hold/reservation/scope reference
-  std::string lifetime_kind;                // release: lease | hold | reservation
+  std::string lifetime_kind;                // release: lease | hold | reservation; abandon: also scope
   std::string plan;                         // explain / scope_enter plan name, execute plan name
   std::vector<ActionDecl> actions;          // execute
   std::map<ResidencyLocation, StreamRef> transfer_streams;  // execute, scope_enter
