@@ -608,6 +608,23 @@ struct Explain : Command {
                   explanation.reason.value_or("") + "; the model says " + (feasible ? "feasible" : "infeasible"));
     }
     if (!feasible) return;
+    // Each action's explanation (executable, no_op, source, destination,
+    // bytes) equals what the model's dry run resolves for it.
+    Model dry = before;
+    for (std::size_t i = 0; i < primitives.size(); ++i) {
+      const std::string outcome = dry.apply(primitives[i], false);
+      const ResidencyActionExplanation& action = explanation.actions.at(i);
+      const PredictedReport& want = dry.report;
+      const auto name = [](const std::optional<ResidencyLocation>& l) { return l ? l->name() : std::string("none"); };
+      if (!action.executable || action.no_op != (outcome == "no-op") || action.source != want.source ||
+          action.destination != want.destination || action.logical_nbytes != want.logical_nbytes ||
+          action.storage_nbytes != want.storage_nbytes) {
+        system.fail("explanation of action " + std::to_string(i) + " (" + yaml_primitive(primitives[i]) + "): " +
+                    (action.no_op ? "no-op" : "change") + " from " + name(action.source) + " to " +
+                    name(action.destination) + ", model: " + outcome + " from " + name(want.source) + " to " +
+                    name(want.destination));
+      }
+    }
     // Every predicted peak equals the model's, location by location, and in
     // the manager's registration order first.
     const auto peaks = predicted_peaks(before, primitives);
