@@ -17,6 +17,7 @@
 #include "fhelium/harness/fault_injecting_runtime.hpp"
 #include "fhelium/harness/invariant_checker.hpp"
 #include "fhelium/harness/simulated_runtime.hpp"
+#include "fhelium/harness/text_report.hpp"
 #include "fhelium/residency.hpp"
 
 namespace fhelium::harness {
@@ -633,7 +634,7 @@ class Replayer {
                               outcome.explanation->reason.value_or(""));
       }
       for (const auto& [location, bytes] : expect.predicted_peak) {
-        compare(index, step, "predicted peak at " + location.name(), std::optional(bytes),
+        compare_bytes(index, step, "predicted peak at " + location.name(), std::optional(bytes),
                 outcome.explanation->predicted_peak(location));
       }
     } else if (expect.feasible || !expect.predicted_peak.empty()) {
@@ -652,6 +653,21 @@ class Replayer {
   static std::string text(const std::string& value) { return value; }
   static std::string text(std::int64_t value) { return std::to_string(value); }
 
+  // Byte counts in the units people write them in, exact count alongside:
+  // "48.0 MiB (50331648 B)".
+  static std::string bytes_text(std::int64_t bytes) {
+    const std::string human = format_bytes(bytes);
+    return bytes > -1024 && bytes < 1024 ? human : human + " (" + std::to_string(bytes) + " B)";
+  }
+  void compare_bytes(std::size_t index, const Step& step, const std::string& what,
+                     const std::optional<std::int64_t>& expected, const std::optional<std::int64_t>& actual) {
+    if (!expected) return;
+    if (!actual) fail(index, step, "expected " + what + " " + bytes_text(*expected) + ", got none");
+    if (*expected != *actual) {
+      fail(index, step, "expected " + what + " " + bytes_text(*expected) + ", got " + bytes_text(*actual));
+    }
+  }
+
   void check_snapshot_expectations(std::size_t index, const Step& step, const ResidencySnapshot* snapshot) {
     const Expectation& expect = step.expect;
     const bool needs_snapshot = !expect.locations.empty() || !expect.resident.empty() || !expect.discarded.empty();
@@ -669,16 +685,17 @@ class Replayer {
       const ResidencyLocationSnapshot* got = snapshot->location(location);
       if (got == nullptr) fail(index, step, "expected location " + location.name() + " to be registered");
       const std::string at = " at " + location.name();
-      if (want.budget) compare(index, step, "budget" + at, want.budget, got->budget_bytes);
-      compare(index, step, "used bytes" + at, want.used, std::optional(got->used_bytes));
-      compare(index, step, "reserved bytes" + at, want.reserved, std::optional(got->reserved_bytes));
+      if (want.budget) compare_bytes(index, step, "budget" + at, want.budget, got->budget_bytes);
+      compare_bytes(index, step, "used bytes" + at, want.used, std::optional(got->used_bytes));
+      compare_bytes(index, step, "reserved bytes" + at, want.reserved, std::optional(got->reserved_bytes));
       if (want.remaining && *want.remaining != got->remaining_budget_bytes) {
         fail(index, step, "expected remaining bytes" + at + " " +
-                              (*want.remaining ? std::to_string(**want.remaining) : "none") + ", got " +
-                              (got->remaining_budget_bytes ? std::to_string(*got->remaining_budget_bytes) : "none"));
+                              (*want.remaining ? bytes_text(**want.remaining) : "none") + ", got " +
+                              (got->remaining_budget_bytes ? bytes_text(*got->remaining_budget_bytes) : "none"));
       }
-      compare(index, step, "peak used bytes" + at, want.peak_used, std::optional(got->peak_used_bytes));
-      compare(index, step, "peak charged bytes" + at, want.peak_charged, std::optional(got->peak_charged_bytes));
+      compare_bytes(index, step, "peak used bytes" + at, want.peak_used, std::optional(got->peak_used_bytes));
+      compare_bytes(index, step, "peak charged bytes" + at, want.peak_charged,
+                    std::optional(got->peak_charged_bytes));
       compare(index, step, "value count" + at, want.values, std::optional(got->value_count));
       compare(index, step, "reservation count" + at, want.reservations, std::optional(got->reservation_count));
       compare(index, step, "use count" + at, want.uses, std::optional(got->use_count));

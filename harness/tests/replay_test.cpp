@@ -101,7 +101,7 @@ steps:
 TEST(Replay, CanariesPassOnlyWhenTheyFailAsRequired) {
   const char* const canary = R"(
 name: canary
-must_fail: expected used bytes at cuda:0 2, got 1024
+must_fail: expected used bytes at cuda:0 2 B, got 1.0 KiB (1024 B)
 values:
   a: {bytes: 1KiB, adopt_at: pageable-host}
 steps:
