@@ -35,6 +35,23 @@ TEST_F(PlanFixture, ExecuteActionsRunsInOrderAndReportsEachTransition) {
   EXPECT_THROW(manager.execute_actions({}, " "), std::invalid_argument);
 }
 
+TEST_F(PlanFixture, ReservationsChangedAfterConstructionAreArgumentErrorsBeforeAnyChange) {
+  for (const bool negative : {true, false}) {
+    ResidencyPlan plan{"bad", {MoveResident{a, CUDA0, {}}}, {}, {MemoryReservation(CUDA0, 8, "workspace")}};
+    if (negative) {
+      plan.reservations[0].nbytes = -1;  // the fields are public
+    } else {
+      plan.reservations[0].label = " ";
+    }
+    const std::uint64_t version = manager.state_version();
+    EXPECT_THROW(manager.explain(plan), std::invalid_argument);
+    ResidencyScope scope = manager.scope(plan);
+    EXPECT_THROW(scope.enter(), std::invalid_argument);
+    EXPECT_EQ(manager.state_version(), version);
+    EXPECT_EQ(resident_at(manager, a), std::vector<ResidencyLocation>{PAGEABLE_HOST});
+  }
+}
+
 TEST_F(PlanFixture, InfeasiblePlansChangeNothing) {
   manager.move(a, CUDA0);
   manager.move(b, CUDA0);

@@ -27,14 +27,13 @@ void require_valid_actions(const std::vector<ResidencyAction>& actions) {
 void require_valid_plan(const ResidencyPlan& plan) {
   require_plan_name(plan.name);
   for (const auto* list : {&plan.reclaim, &plan.enter, &plan.exit}) require_valid_actions(*list);
+  // MemoryReservation's fields are public and may have changed since it was
+  // built: rebuilding one re-applies its own rules (one copy of them).
   for (const auto& reservation : plan.reservations) {
-    // MemoryReservation checks these on construction; its fields are public.
-    if (reservation.nbytes < 0) {
-      throw std::invalid_argument("reservation '" + reservation.label + "' of plan '" + plan.name +
-                                  "' has negative nbytes " + std::to_string(reservation.nbytes));
-    }
-    if (reservation.label.find_first_not_of(" \t\r\n") == std::string::npos) {
-      throw std::invalid_argument("a reservation of plan '" + plan.name + "' has an empty label");
+    try {
+      MemoryReservation(reservation.location, reservation.nbytes, reservation.label);
+    } catch (const std::invalid_argument& error) {
+      throw std::invalid_argument("plan '" + plan.name + "': " + error.what());
     }
   }
 }
