@@ -1,6 +1,8 @@
 #include "fhelium/residency/errors.hpp"
 
 #include <limits>
+#include <memory>
+#include <utility>
 
 namespace fhelium::residency {
 
@@ -63,6 +65,17 @@ ResidencyStaleStateError::ResidencyStaleStateError(std::uint64_t expected_versio
                          ", manager is at " + std::to_string(actual_version)),
       expected_version_(expected_version),
       actual_version_(actual_version) {}
+
+ResidencySearchLimitError::ResidencySearchLimitError(std::string request_name, std::int64_t state_limit,
+                                                     std::int64_t explored_states, std::string detail)
+    : ResidencyPlanError("automatic residency search for '" + request_name +
+                         "' is inconclusive: it stopped at its state limit (state_limit=" +
+                         std::to_string(state_limit) + ", explored_states=" + std::to_string(explored_states) +
+                         ") before proving the request feasible or not. " + detail),
+      request_name_(std::make_shared<const std::string>(std::move(request_name))),
+      state_limit_(state_limit),
+      explored_states_(explored_states),
+      detail_(std::make_shared<const std::string>(std::move(detail))) {}
 
 const char* to_string(PlanPhase phase) noexcept {
   switch (phase) {

@@ -97,6 +97,25 @@ class ResidencyStaleStateError : public ResidencyPlanError {
   std::uint64_t expected_version_, actual_version_;
 };
 
+// An automatic residency search that stopped at its state limit before it
+// could prove the request feasible or infeasible: the answer is inconclusive,
+// not "infeasible". Nothing was changed.
+class ResidencySearchLimitError : public ResidencyPlanError {
+ public:
+  ResidencySearchLimitError(std::string request_name, std::int64_t state_limit, std::int64_t explored_states,
+                            std::string detail);
+  const std::string& request_name() const noexcept { return *request_name_; }
+  std::int64_t state_limit() const noexcept { return state_limit_; }
+  std::int64_t explored_states() const noexcept { return explored_states_; }
+  const std::string& detail() const noexcept { return *detail_; }
+
+ private:
+  // Shared so that copying the exception (as throw does) never throws.
+  std::shared_ptr<const std::string> request_name_;
+  std::int64_t state_limit_, explored_states_;
+  std::shared_ptr<const std::string> detail_;
+};
+
 enum class PlanPhase { execute, reclaim, reserve, enter, exit };
 const char* to_string(PlanPhase phase) noexcept;
 

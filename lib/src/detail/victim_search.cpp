@@ -1,0 +1,551 @@
+#include "detail/victim_search.hpp"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <unordered_map>
+#include <utility>
+#include <variant>
+
+#include "fhelium/residency/errors.hpp"
+
+namespace fhelium::residency::detail {
+
+namespace {
+
+// A non-owning reference to a callable, so that the search's continuations
+// cost no allocation.
+template <class Signature>
+class FunctionRef;
+
+template <class Result, class... Args>
+class FunctionRef<Result(Args...)> {
+ public:
+  template <class Callable>
+    requires(!std::is_same_v<std::remove_cv_t<Callable>, FunctionRef>)
+  FunctionRef(Callable& callable) noexcept  // NOLINT: implicit by design
+      : object_(&callable), call_([](void* object, Args... args) -> Result {
+          return (*static_cast<Callable*>(object))(std::forward<Args>(args)...);
+        }) {}
+  Result operator()(Args... args) const { return call_(object_, std::forward<Args>(args)...); }
+
+ private:
+  void* object_;
+  Result (*call_)(void*, Args...);
+};
+
+// One materialization as the planner sees it. A planned copy inherits its
+// source's fields (as the reference projects them), except the location.
+struct Placement {
+  ResidencyLocation location;
+  std::int64_t charged_nbytes;
+  bool is_protected;
+  friend bool operator==(const Placement&, const Placement&) = default;
+};
+using Placements = std::vector<Placement>;  // sorted by location
+
+const Placement* find(const Placements& placements, const ResidencyLocation& location) {
+  for (const auto& placement : placements) {
+    if (placement.location == location) return &placement;
+  }
+  return nullptr;
+}
+
+void insert(Placements& placements, Placement placement) {
+  const auto at = std::find_if(placements.begin(), placements.end(),
+                               [&](const Placement& existing) { return placement.location < existing.location; });
+  placements.insert(at, placement);
+}
+
+void erase(Placements& placements, const ResidencyLocation& location) {
+  placements.erase(std::remove_if(placements.begin(), placements.end(),
+                                  [&](const Placement& existing) { return existing.location == location; }),
+                   placements.end());
+}
+
+bool same_locations(const Placements& left, const Placements& right) {
+  return std::equal(left.begin(), left.end(), right.begin(), right.end(),
+                    [](const Placement& a, const Placement& b) { return a.location == b.location; });
+}
+
+// Bytes per location; absent means zero.
+using Bytes = std::map<ResidencyLocation, std::int64_t>;
+
+std::int64_t get(const Bytes& bytes, const ResidencyLocation& location) {
+  const auto found = bytes.find(location);
+  return found == bytes.end() ? 0 : found->second;
+}
+
+void add(Bytes& bytes, const ResidencyLocation& location, std::int64_t delta) {
+  const std::int64_t total = get(bytes, location) + delta;
+  if (total == 0) {
+    bytes.erase(location);
+  } else {
+    bytes[location] = total;
+  }
+}
+
+struct ReclaimStep {
+  std::size_t value;
+  std::optional<ResidencyLocation> move_to;  // absent: a drop
+  ResidencyLocation released_location;
+  std::int64_t rank;
+  std::int64_t released_nbytes;
+  std::string reason;
+};
+
+// One search state: placements that differ from the snapshot, bytes, and the
+// reclaim steps that led here.
+struct State {
+  std::map<std::size_t, Placements> changed;
+  Bytes used;
+  Bytes reserved;
+  std::vector<ReclaimStep> reclaim;
+};
+
+struct Shortfall {
+  ResidencyLocation location;
+  std::int64_t additional;
+  std::string stage;
+};
+
+// A failed branch of the search: why, for the final message.
+struct BranchFailure {
+  std::string message;
+};
+
+struct LimitReached {
+  std::string message;
+};
+
+// Keeps a list of failure reasons readable: the search may explore many
+// thousands of states, and each failure names its children's failures.
+constexpr std::size_t max_detail_chars = 4000;
+
+std::string bounded_join(const std::vector<std::string>& parts) {
+  std::string joined;
+  std::size_t shown = 0;
+  for (const auto& part : parts) {
+    if (joined.size() + part.size() > max_detail_chars && shown > 0) break;
+    if (!joined.empty()) joined += "; ";
+    joined += part.size() > max_detail_chars ? part.substr(0, max_detail_chars) + "..." : part;
+    ++shown;
+  }
+  if (shown < parts.size()) joined += "; and " + std::to_string(parts.size() - shown) + " more";
+  return joined;
+}
+
+class Search {
+ public:
+  explicit Search(const VictimSearchInput& input) : input_(input) {
+    const auto& values = input.snapshot.values;
+    entries_.reserve(values.size());
+    for (std::size_t index = 0; index < values.size(); ++index) {
+      const ResidencyValueSnapshot& value = values[index];
+      Placements base;
+      for (const auto& materialization : value.materializations) {
+        insert(base, {materialization.location, materialization.charged_nbytes, materialization.is_protected()});
+      }
+      if (!value.discarded) {
+        index_of_.emplace(value.handle, index);
+        for (const auto& placement : base) by_location_[placement.location].push_back(index);
+      }
+      entries_.push_back({&value, std::move(base)});
+    }
+    for (const auto& location : input.snapshot.locations) {
+      if (location.budget_bytes) budgets_.emplace(location.location, *location.budget_bytes);
+      if (location.used_bytes != 0) initial_.used[location.location] = location.used_bytes;
+      if (location.reserved_bytes != 0) initial_.reserved[location.location] = location.reserved_bytes;
+    }
+    for (const auto& requirement : input.request.requirements) {
+      required_.insert({index_of_.at(requirement.handle), requirement.location});
+    }
+  }
+
+  VictimSearchResult run() {
+    auto [state, enter] = search_request(initial_);
+    VictimSearchResult result;
+    for (const auto& step : state.reclaim) {
+      const ResidencyHandle& handle = entries_[step.value].value->handle;
+      ResidencyAction action = step.move_to ? ResidencyAction(MoveResident{handle, *step.move_to, step.released_location})
+                                            : ResidencyAction(DropResident{handle, step.released_location});
+      result.reclaim.push_back(action);
+      result.evictions.emplace_back(std::move(action), step.rank, step.released_location, step.released_nbytes,
+                                    step.reason);
+    }
+    result.enter = std::move(enter);
+    result.explored_states = explored_;
+    return result;
+  }
+
+  std::int64_t explored() const noexcept { return explored_; }
+
+ private:
+  using Endpoint = std::pair<std::size_t, ResidencyLocation>;
+  using Yield = FunctionRef<bool(const State&)>;
+
+  struct Entry {
+    const ResidencyValueSnapshot* value;
+    Placements base;
+  };
+
+  // ---- state access -------------------------------------------------------
+
+  const Placements& placements(const State& state, std::size_t value) const {
+    const auto found = state.changed.find(value);
+    return found == state.changed.end() ? entries_[value].base : found->second;
+  }
+
+  void set_placements(State& state, std::size_t value, Placements placements) const {
+    if (placements == entries_[value].base) {
+      state.changed.erase(value);
+    } else {
+      state.changed[value] = std::move(placements);
+    }
+  }
+
+  const ResidencyHandle& handle(std::size_t value) const { return entries_[value].value->handle; }
+
+  bool fits(const Bytes& used, const Bytes& reserved, const ResidencyLocation& location,
+            std::int64_t additional) const {
+    const auto budget = budgets_.find(location);
+    if (budget == budgets_.end()) return true;
+    const __int128 total = static_cast<__int128>(get(used, location)) + get(reserved, location) + additional;
+    return total <= budget->second;
+  }
+
+  void count(const std::string& objective) {
+    if (explored_ >= input_.state_limit) {
+      throw LimitReached{"the search reached its state limit of " + std::to_string(input_.state_limit) +
+                         " while " + objective};
+    }
+    ++explored_;
+  }
+
+  // Canonical signature: each value whose locations differ from the
+  // snapshot, then used and reserved bytes per location.
+  std::vector<std::int64_t> signature(const State& state) const {
+    std::vector<std::int64_t> key;
+    for (const auto& [value, placements] : state.changed) {
+      if (same_locations(placements, entries_[value].base)) continue;
+      key.push_back(static_cast<std::int64_t>(value));
+      key.push_back(static_cast<std::int64_t>(placements.size()));
+      for (const auto& placement : placements) key.push_back(placement.location.ordinal());
+    }
+    key.push_back(-1);
+    for (const Bytes* bytes : {&state.used, &state.reserved}) {
+      for (const auto& [location, amount] : *bytes) {
+        key.push_back(location.ordinal());
+        key.push_back(amount);
+      }
+      key.push_back(-1);
+    }
+    return key;
+  }
+
+  // ---- simulation of the request ------------------------------------------
+
+  // The request's reservations, then each requirement in order, on a copy of
+  // `state`: the enter actions, or where it first runs out of room.
+  std::variant<std::vector<ResidencyAction>, Shortfall> simulate(const State& state) const {
+    Bytes used = state.used;
+    Bytes reserved = state.reserved;
+    std::map<std::size_t, Placements> touched;
+    const auto current = [&](std::size_t value) -> Placements& {
+      auto found = touched.find(value);
+      if (found == touched.end()) found = touched.emplace(value, placements(state, value)).first;
+      return found->second;
+    };
+    for (const auto& reservation : input_.request.reservations) {
+      if (!fits(used, reserved, reservation.location, reservation.nbytes)) {
+        return Shortfall{reservation.location, reservation.nbytes, "reservation '" + reservation.label + "'"};
+      }
+      add(reserved, reservation.location, reservation.nbytes);
+    }
+    std::vector<ResidencyAction> actions;
+    for (const auto& requirement : input_.request.requirements) {
+      const std::size_t value = index_of_.at(requirement.handle);
+      Placements& resident = current(value);
+      const ResidencyLocation& destination = requirement.location;
+      if (find(resident, destination) != nullptr) continue;
+      const ResidencyValueSnapshot& snapshot = *entries_[value].value;
+      const std::int64_t charge = snapshot.spec.storage_nbytes;
+      const bool temporary = resident.empty();
+      const std::string name = "'" + requirement.handle.handle_id + "'";
+      ResidencyLocation source;
+      if (temporary) {
+        if (!snapshot.source_location) {
+          throw ResidencyUnavailableError("value " + name + " (" + snapshot.spec.value_type + ") required at " +
+                                          destination.name() +
+                                          " has no materialization and no reconstruction source");
+        }
+        source = *snapshot.source_location;
+        if (!fits(used, reserved, source, charge)) {
+          return Shortfall{source, charge, "reconstruction of " + name + " at its source location"};
+        }
+        add(reserved, source, charge);
+        // Loading at the destination itself reuses the one charge.
+        if (source == destination) add(reserved, source, -charge);
+      } else {
+        source = resident.front().location;
+      }
+      if (!fits(used, reserved, destination, charge)) {
+        return Shortfall{destination, charge, "materialization of " + name + " at " + destination.name()};
+      }
+      add(used, destination, charge);
+      Placement copy = temporary ? Placement{destination, charge, false} : *find(resident, source);
+      copy.location = destination;
+      insert(resident, copy);
+      if (temporary && source != destination) add(reserved, source, -charge);
+      if (snapshot.spec.replica_mode == ReplicaMode::exclusive) {
+        actions.push_back(MoveResident{requirement.handle, destination,
+                                       temporary ? std::nullopt : std::optional<ResidencyLocation>(source)});
+        if (!temporary) {
+          erase(resident, source);
+          add(used, source, -charge);
+        }
+      } else {
+        actions.push_back(EnsureResident{requirement.handle, destination});
+      }
+    }
+    return actions;
+  }
+
+  // ---- victims --------------------------------------------------------------
+
+  std::vector<ResidencyEvictionCandidate> candidates(const State& state, const ResidencyLocation& location,
+                                                     const std::set<std::size_t>& blocked) const {
+    std::vector<std::size_t> indices;
+    if (const auto base = by_location_.find(location); base != by_location_.end()) {
+      for (const std::size_t value : base->second) {
+        if (state.changed.count(value) == 0) indices.push_back(value);
+      }
+    }
+    for (const auto& [value, placements] : state.changed) {
+      if (find(placements, location) != nullptr) indices.push_back(value);
+    }
+    std::sort(indices.begin(), indices.end());
+    std::vector<ResidencyEvictionCandidate> result;
+    for (const std::size_t value : indices) {
+      if (blocked.count(value) != 0) continue;
+      const Placement* placement = find(placements(state, value), location);
+      if (placement == nullptr || placement->is_protected) continue;
+      result.emplace_back(handle(value), location, placement->charged_nbytes, static_cast<std::int64_t>(value),
+                          input_.last_access_epoch(handle(value)), input_.metadata(handle(value)));
+    }
+    return result;
+  }
+
+  // The policy's order, values not required here before required ones.
+  std::vector<ResidencyEvictionCandidate> ordered(std::vector<ResidencyEvictionCandidate> all) const {
+    std::vector<ResidencyEvictionCandidate> ordinary, required;
+    for (auto& candidate : all) {
+      const bool is_required =
+          required_.count({static_cast<std::size_t>(candidate.registration_index), candidate.location}) != 0;
+      (is_required ? required : ordinary).push_back(std::move(candidate));
+    }
+    std::vector<ResidencyEvictionCandidate> result = ranked(std::move(ordinary));
+    for (auto& candidate : ranked(std::move(required))) result.push_back(std::move(candidate));
+    return result;
+  }
+
+  std::vector<ResidencyEvictionCandidate> ranked(std::vector<ResidencyEvictionCandidate> group) const {
+    if (group.empty()) return group;
+    std::unordered_map<std::int64_t, const ResidencyEvictionCandidate*> offered;
+    for (const auto& candidate : group) offered.emplace(candidate.registration_index, &candidate);
+    std::vector<ResidencyEvictionCandidate> order = input_.policy.order_candidates(group);
+    bool permutation = order.size() == group.size();
+    for (std::size_t index = 0; permutation && index < order.size(); ++index) {
+      const auto found = offered.find(order[index].registration_index);
+      permutation = found != offered.end() && found->second != nullptr && *found->second == order[index];
+      if (permutation) found->second = nullptr;  // each candidate once
+    }
+    if (!permutation) {
+      throw std::logic_error("residency policy '" + input_.policy.name() + "' must return every one of the " +
+                             std::to_string(group.size()) + " candidates it was given exactly once (it returned " +
+                             std::to_string(order.size()) + ", not a permutation of them)");
+    }
+    return order;
+  }
+
+  std::vector<ResidencyLocation> destinations_for(std::size_t value, const ResidencyLocation& source) const {
+    std::vector<ResidencyLocation> result;
+    for (const auto& [required_value, location] : required_) {  // ordered by location within a value
+      if (required_value == value && location != source) result.push_back(location);
+    }
+    for (const auto& location : input_.policy.fallback_locations(source)) {
+      if (std::find(result.begin(), result.end(), location) == result.end()) result.push_back(location);
+    }
+    return result;
+  }
+
+  // Every legal way to free `candidate`'s materialization, each offered to
+  // `yield` until it returns true (stop: found).
+  bool reclaim_states(const State& state, const ResidencyEvictionCandidate& candidate, std::int64_t rank,
+                      const std::set<std::size_t>& blocked, const std::set<Endpoint>& active, Yield yield) {
+    const auto value = static_cast<std::size_t>(candidate.registration_index);
+    const ResidencyLocation source = candidate.location;
+    const Endpoint pair{value, source};
+    if (active.count(pair) != 0) return false;
+    const ResidencyValueSnapshot& snapshot = *entries_[value].value;
+    const std::int64_t charge = snapshot.spec.storage_nbytes;
+    const Placements& resident = placements(state, value);
+    const bool alternatives = std::any_of(resident.begin(), resident.end(),
+                                          [&](const Placement& placement) { return placement.location != source; });
+    if (alternatives || snapshot.has_source) {
+      State trial = state;
+      Placements remaining = resident;
+      erase(remaining, source);
+      set_placements(trial, value, std::move(remaining));
+      add(trial.used, source, -charge);
+      trial.reclaim.push_back({value, std::nullopt, source, rank, candidate.charged_nbytes,
+                               alternatives ? "another materialization preserves the value"
+                                            : "its registered source can reconstruct the value"});
+      if (yield(trial)) return true;
+      if (alternatives) return false;
+    }
+    for (const ResidencyLocation& destination : destinations_for(value, source)) {
+      const bool requested = required_.count({value, destination}) != 0;
+      std::set<std::size_t> inner_blocked = blocked;
+      inner_blocked.insert(value);
+      std::set<Endpoint> inner_active = active;
+      inner_active.insert(pair);
+      const std::int64_t additional = find(resident, destination) != nullptr ? 0 : charge;
+      auto place = [&](const State& capacitated) {
+        const Placements& now = placements(capacitated, value);
+        const Placement* from = find(now, source);
+        if (from == nullptr) return false;
+        State trial = capacitated;
+        Placements moved = now;
+        if (find(moved, destination) == nullptr) {
+          Placement copy = *from;
+          copy.location = destination;
+          insert(moved, copy);
+          add(trial.used, destination, charge);
+        }
+        erase(moved, source);
+        set_placements(trial, value, std::move(moved));
+        add(trial.used, source, -charge);
+        trial.reclaim.push_back({value, destination, source, rank, candidate.charged_nbytes,
+                                 "sole materialization moved to " + destination.name() +
+                                     (requested ? ", where the request needs it"
+                                                : ", a fallback tier of " + source.name()) +
+                                     ", so the value stays resident"});
+        return yield(trial);
+      };
+      if (capacity_states(state, destination, additional, inner_blocked, inner_active, place)) return true;
+    }
+    return false;
+  }
+
+  // States in which `location` can admit `additional` more bytes, reached by
+  // reclaiming unblocked victims there.
+  bool capacity_states(const State& state, const ResidencyLocation& location, std::int64_t additional,
+                       const std::set<std::size_t>& blocked, const std::set<Endpoint>& active, Yield yield) {
+    if (fits(state.used, state.reserved, location, additional)) return yield(state);
+    std::vector<std::int64_t> key = signature(state);
+    key.push_back(location.ordinal());
+    key.push_back(additional);
+    key.push_back(-2);
+    for (const std::size_t value : blocked) key.push_back(static_cast<std::int64_t>(value));
+    key.push_back(-2);
+    for (const auto& [value, at] : active) {
+      key.push_back(static_cast<std::int64_t>(value));
+      key.push_back(at.ordinal());
+    }
+    if (failed_capacities_.count(key) != 0) return false;
+    count("making room at " + location.name());
+    const std::vector<ResidencyEvictionCandidate> order = ordered(candidates(state, location, blocked));
+    bool produced = false;
+    for (std::size_t rank = 0; rank < order.size(); ++rank) {
+      const ResidencyEvictionCandidate& candidate = order[rank];
+      if (active.count({static_cast<std::size_t>(candidate.registration_index), candidate.location}) != 0) continue;
+      auto deliver = [&](const State& result) {
+        produced = true;
+        return yield(result);
+      };
+      auto deeper = [&](const State& reclaimed) {
+        return capacity_states(reclaimed, location, additional, blocked, active, deliver);
+      };
+      if (reclaim_states(state, candidate, static_cast<std::int64_t>(rank), blocked, active, deeper)) return true;
+    }
+    if (!produced) failed_capacities_.insert(std::move(key));
+    return false;
+  }
+
+  std::string describe_candidate(const ResidencyEvictionCandidate& candidate) const {
+    return "victim '" + candidate.handle.handle_id + "' at " + candidate.location.name();
+  }
+
+  // The whole request from `state`: the state its reclaim steps reach and the
+  // enter actions, or BranchFailure.
+  std::pair<State, std::vector<ResidencyAction>> search_request(const State& state) {
+    std::vector<std::int64_t> key = signature(state);
+    if (failed_requests_.count(key) != 0) throw BranchFailure{"an equivalent state was already exhausted"};
+    count("deciding the ordered request");
+    auto simulated = simulate(state);
+    if (auto* enter = std::get_if<std::vector<ResidencyAction>>(&simulated)) return {state, std::move(*enter)};
+    const Shortfall shortfall = std::get<Shortfall>(std::move(simulated));
+    const std::vector<ResidencyEvictionCandidate> order = ordered(candidates(state, shortfall.location, {}));
+    std::vector<std::string> failures;
+    std::optional<std::pair<State, std::vector<ResidencyAction>>> found;
+    for (std::size_t rank = 0; rank < order.size(); ++rank) {
+      const ResidencyEvictionCandidate& candidate = order[rank];
+      bool produced = false;
+      auto attempt = [&](const State& trial) {
+        produced = true;
+        try {
+          found = search_request(trial);
+          return true;
+        } catch (const BranchFailure& failure) {
+          failures.push_back(describe_candidate(candidate) + ": " + failure.message);
+          return false;
+        }
+      };
+      reclaim_states(state, candidate, static_cast<std::int64_t>(rank), {}, {}, attempt);
+      if (found) return std::move(*found);
+      if (!produced) failures.push_back(describe_candidate(candidate) + ": no legal drop or fallback transition");
+    }
+    failed_requests_.insert(std::move(key));
+    const auto budget = budgets_.find(shortfall.location);
+    std::string message = shortfall.location.name() + " cannot admit " + std::to_string(shortfall.additional) +
+                          " bytes for " + shortfall.stage + " (budget_bytes=" +
+                          (budget == budgets_.end() ? std::string("none") : std::to_string(budget->second)) +
+                          ", used_bytes=" + std::to_string(get(state.used, shortfall.location)) +
+                          ", reserved_bytes=" + std::to_string(get(state.reserved, shortfall.location)) +
+                          ") and no invariant-valid victim sequence satisfies the complete ordered request";
+    if (order.empty()) message += " (no unprotected materialization there)";
+    if (!failures.empty()) message += " (" + bounded_join(failures) + ")";
+    throw BranchFailure{std::move(message)};
+  }
+
+  const VictimSearchInput& input_;
+  std::vector<Entry> entries_;
+  std::unordered_map<ResidencyHandle, std::size_t> index_of_;
+  std::map<ResidencyLocation, std::vector<std::size_t>> by_location_;
+  std::map<ResidencyLocation, std::int64_t> budgets_;
+  std::set<Endpoint> required_;
+  State initial_;
+  std::int64_t explored_ = 0;
+  std::set<std::vector<std::int64_t>> failed_requests_;
+  std::set<std::vector<std::int64_t>> failed_capacities_;
+};
+
+}  // namespace
+
+VictimSearchResult search_victims(const VictimSearchInput& input) {
+  Search search(input);
+  try {
+    return search.run();
+  } catch (const LimitReached& limit) {
+    throw ResidencySearchLimitError(input.request.name, input.state_limit, search.explored(), limit.message);
+  } catch (const BranchFailure& failure) {
+    throw ResidencyPlanError("automatic residency request '" + input.request.name +
+                             "' is infeasible: " + failure.message);
+  }
+}
+
+}  // namespace fhelium::residency::detail
