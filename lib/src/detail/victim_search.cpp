@@ -138,6 +138,20 @@ std::string bounded_join(const std::vector<std::string>& parts) {
   return joined;
 }
 
+// Marks a search key open for the lifetime of one search frame.
+class Open {
+ public:
+  Open(std::set<std::vector<std::int64_t>>& keys, const std::vector<std::int64_t>& key)
+      : keys_(keys), at_(keys.insert(key).first) {}
+  Open(const Open&) = delete;
+  Open& operator=(const Open&) = delete;
+  ~Open() { keys_.erase(at_); }
+
+ private:
+  std::set<std::vector<std::int64_t>>& keys_;
+  std::set<std::vector<std::int64_t>>::iterator at_;
+};
+
 class Search {
  public:
   explicit Search(const VictimSearchInput& input) : input_(input) {
@@ -316,8 +330,7 @@ class Search {
 
   // ---- victims --------------------------------------------------------------
 
-  std::vector<ResidencyEvictionCandidate> candidates(const State& state, const ResidencyLocation& location,
-                                                     const std::set<std::size_t>& blocked) const {
+  std::vector<ResidencyEvictionCandidate> candidates(const State& state, const ResidencyLocation& location) const {
     std::vector<std::size_t> indices;
     if (const auto base = by_location_.find(location); base != by_location_.end()) {
       for (const std::size_t value : base->second) {
@@ -330,7 +343,6 @@ class Search {
     std::sort(indices.begin(), indices.end());
     std::vector<ResidencyEvictionCandidate> result;
     for (const std::size_t value : indices) {
-      if (blocked.count(value) != 0) continue;
       const Placement* placement = find(placements(state, value), location);
       if (placement == nullptr || placement->is_protected) continue;
       result.emplace_back(handle(value), location, placement->charged_nbytes, static_cast<std::int64_t>(value),
@@ -385,7 +397,7 @@ class Search {
   // Every legal way to free `candidate`'s materialization, each offered to
   // `yield` until it returns true (stop: found).
   bool reclaim_states(const State& state, const ResidencyEvictionCandidate& candidate, std::int64_t rank,
-                      const std::set<std::size_t>& blocked, const std::set<Endpoint>& active, Yield yield) {
+                      const std::set<Endpoint>& active, Yield yield) {
     const auto value = static_cast<std::size_t>(candidate.registration_index);
     const ResidencyLocation source = candidate.location;
     const Endpoint pair{value, source};
@@ -405,60 +417,65 @@ class Search {
                                alternatives ? "another materialization preserves the value"
                                             : "its registered source can reconstruct the value"});
       if (yield(trial)) return true;
-      if (alternatives) return false;
     }
+    // Moves, also of a replica: its other copies may be released later on
+    // the same path (to make room for this very move, say), and then this
+    // copy is the one that keeps the value.
     for (const ResidencyLocation& destination : destinations_for(value, source)) {
+      if (find(resident, destination) != nullptr) continue;  // no better than the drop above
       const bool requested = required_.count({value, destination}) != 0;
-      std::set<std::size_t> inner_blocked = blocked;
-      inner_blocked.insert(value);
       std::set<Endpoint> inner_active = active;
       inner_active.insert(pair);
-      const std::int64_t additional = find(resident, destination) != nullptr ? 0 : charge;
       auto place = [&](const State& capacitated) {
         const Placements& now = placements(capacitated, value);
         const Placement* from = find(now, source);
-        if (from == nullptr) return false;
+        if (from == nullptr || find(now, destination) != nullptr) return false;
         State trial = capacitated;
         Placements moved = now;
-        if (find(moved, destination) == nullptr) {
-          Placement copy = *from;
-          copy.location = destination;
-          insert(moved, copy);
-          add(trial.used, destination, charge);
-        }
+        Placement copy = *from;
+        copy.location = destination;
+        insert(moved, copy);
+        add(trial.used, destination, charge);
         erase(moved, source);
         set_placements(trial, value, std::move(moved));
         add(trial.used, source, -charge);
         trial.reclaim.push_back({value, destination, source, rank, candidate.charged_nbytes,
-                                 "sole materialization moved to " + destination.name() +
+                                 "materialization moved to " + destination.name() +
                                      (requested ? ", where the request needs it"
                                                 : ", a fallback tier of " + source.name()) +
                                      ", so the value stays resident"});
         return yield(trial);
       };
-      if (capacity_states(state, destination, additional, inner_blocked, inner_active, place)) return true;
+      if (capacity_states(state, destination, charge, inner_active, place)) return true;
     }
     return false;
   }
 
   // States in which `location` can admit `additional` more bytes, reached by
-  // reclaiming unblocked victims there.
+  // reclaiming victims there other than the materializations being moved
+  // (`active`).
   bool capacity_states(const State& state, const ResidencyLocation& location, std::int64_t additional,
-                       const std::set<std::size_t>& blocked, const std::set<Endpoint>& active, Yield yield) {
+                       const std::set<Endpoint>& active, Yield yield) {
     if (fits(state.used, state.reserved, location, additional)) return yield(state);
     std::vector<std::int64_t> key = signature(state);
     key.push_back(location.ordinal());
     key.push_back(additional);
-    key.push_back(-2);
-    for (const std::size_t value : blocked) key.push_back(static_cast<std::int64_t>(value));
     key.push_back(-2);
     for (const auto& [value, at] : active) {
       key.push_back(static_cast<std::int64_t>(value));
       key.push_back(at.ordinal());
     }
     if (failed_capacities_.count(key) != 0) return false;
+    // The same question already being answered higher up: everything this
+    // instance could find, that one finds too.
+    if (open_capacities_.count(key) != 0) {
+      ++cycles_cut_;
+      return false;
+    }
     count("making room at " + location.name());
-    const std::vector<ResidencyEvictionCandidate> order = ordered(candidates(state, location, blocked));
+    const std::int64_t cuts_before = cycles_cut_;
+    Open open(open_capacities_, key);
+    const std::vector<ResidencyEvictionCandidate> order = ordered(candidates(state, location));
     bool produced = false;
     for (std::size_t rank = 0; rank < order.size(); ++rank) {
       const ResidencyEvictionCandidate& candidate = order[rank];
@@ -468,11 +485,13 @@ class Search {
         return yield(result);
       };
       auto deeper = [&](const State& reclaimed) {
-        return capacity_states(reclaimed, location, additional, blocked, active, deliver);
+        return capacity_states(reclaimed, location, additional, active, deliver);
       };
-      if (reclaim_states(state, candidate, static_cast<std::int64_t>(rank), blocked, active, deeper)) return true;
+      if (reclaim_states(state, candidate, static_cast<std::int64_t>(rank), active, deeper)) return true;
     }
-    if (!produced) failed_capacities_.insert(std::move(key));
+    // A failure that relied on cutting a cycle is only a failure while the
+    // cut-off ancestor is open, so it is not remembered.
+    if (!produced && cycles_cut_ == cuts_before) failed_capacities_.insert(std::move(key));
     return false;
   }
 
@@ -485,11 +504,16 @@ class Search {
   std::pair<State, std::vector<ResidencyAction>> search_request(const State& state) {
     std::vector<std::int64_t> key = signature(state);
     if (failed_requests_.count(key) != 0) throw BranchFailure{"an equivalent state was already exhausted"};
+    // Reclaim steps that lead back to a state on the current path (a value
+    // moved back and forth between tiers) add nothing: depth-first search
+    // with every entered state remembered still finds any reachable plan.
+    if (open_requests_.count(key) != 0) throw BranchFailure{"it leads back to a state already being searched"};
     count("deciding the ordered request");
+    Open open(open_requests_, key);
     auto simulated = simulate(state);
     if (auto* enter = std::get_if<std::vector<ResidencyAction>>(&simulated)) return {state, std::move(*enter)};
     const Shortfall shortfall = std::get<Shortfall>(std::move(simulated));
-    const std::vector<ResidencyEvictionCandidate> order = ordered(candidates(state, shortfall.location, {}));
+    const std::vector<ResidencyEvictionCandidate> order = ordered(candidates(state, shortfall.location));
     std::vector<std::string> failures;
     std::optional<std::pair<State, std::vector<ResidencyAction>>> found;
     for (std::size_t rank = 0; rank < order.size(); ++rank) {
@@ -505,7 +529,7 @@ class Search {
           return false;
         }
       };
-      reclaim_states(state, candidate, static_cast<std::int64_t>(rank), {}, {}, attempt);
+      reclaim_states(state, candidate, static_cast<std::int64_t>(rank), {}, attempt);
       if (found) return std::move(*found);
       if (!produced) failures.push_back(describe_candidate(candidate) + ": no legal drop or fallback transition");
     }
@@ -532,6 +556,10 @@ class Search {
   std::int64_t explored_ = 0;
   std::set<std::vector<std::int64_t>> failed_requests_;
   std::set<std::vector<std::int64_t>> failed_capacities_;
+  // Keys of the searches on the current path.
+  std::set<std::vector<std::int64_t>> open_requests_;
+  std::set<std::vector<std::int64_t>> open_capacities_;
+  std::int64_t cycles_cut_ = 0;
 };
 
 }  // namespace
