@@ -196,6 +196,37 @@ void BM_ExecuteActions(benchmark::State& state) {
 }
 BENCHMARK(BM_ExecuteActions)->RangeMultiplier(10)->Range(10, 10000)->Complexity(benchmark::oN);
 
+// Automatic residency: decide() over N values resident at cuda:0, whose
+// budget they fill, for a newcomer that needs `victims` of them evicted.
+// Each iteration decides from scratch (snapshot, search, explain); the
+// explored states are reported as a counter.
+void decide_bench(benchmark::State& state, std::int64_t victims) {
+  Bench bench;
+  const std::int64_t count = state.range(0);
+  bench.manager = std::make_unique<ResidencyManager>(
+      ManagerOptions{{{cuda0, count * value_bytes}}, 0, bench.runtime, {}});
+  for (const auto& handle : bench.adopt(count)) bench.manager->ensure(handle, cuda0);
+  const ResidencyHandle newcomer =
+      bench.manager->adopt(bench.runtime->make(victims * value_bytes, PAGEABLE_HOST), PAGEABLE_HOST);
+  ResidencyController controller(*bench.manager);
+  const ResidencyRequest request("newcomer", {{newcomer, cuda0}});
+  std::int64_t explored = 0, evictions = 0;
+  for (auto _ : state) {
+    const ResidencyDecision decision = controller.decide(request);
+    explored = decision.explored_states;
+    evictions = static_cast<std::int64_t>(decision.evictions.size());
+  }
+  if (evictions != victims) state.SkipWithError("the decision did not evict the expected number of victims");
+  state.counters["explored_states"] = static_cast<double>(explored);
+  state.counters["evictions"] = static_cast<double>(evictions);
+  state.SetItemsProcessed(state.iterations() * count);
+  state.SetComplexityN(count);
+}
+void BM_DecideOneVictim(benchmark::State& state) { decide_bench(state, 1); }
+BENCHMARK(BM_DecideOneVictim)->Arg(1000)->Arg(3000)->Arg(10000)->Unit(benchmark::kMicrosecond)->Complexity(benchmark::oN);
+void BM_DecideManyVictims(benchmark::State& state) { decide_bench(state, 64); }
+BENCHMARK(BM_DecideManyVictims)->Arg(1000)->Arg(3000)->Arg(10000)->Unit(benchmark::kMillisecond)->Complexity(benchmark::oN);
+
 // Data movement: a manager move of N bytes against the raw tensor copy of the
 // same bytes, both through ATen's copy kernel.
 void BM_ManagerMove(benchmark::State& state) {
