@@ -167,7 +167,8 @@ class Search {
         index_of_.emplace(value.handle, index);
         for (const auto& placement : base) by_location_[placement.location].push_back(index);
       }
-      entries_.push_back({&value, std::move(base)});
+      entries_.push_back({&value, std::move(base), value.discarded ? ResidencyPolicyMetadata{} : input.metadata(value.handle),
+                          value.discarded ? std::nullopt : input.last_access_epoch(value.handle)});
     }
     for (const auto& location : input.snapshot.locations) {
       if (location.budget_bytes) budgets_.emplace(location.location, *location.budget_bytes);
@@ -177,6 +178,7 @@ class Search {
     for (const auto& requirement : input.request.requirements) {
       required_.insert({index_of_.at(requirement.handle), requirement.location});
     }
+    offered_.assign(entries_.size(), 0);
   }
 
   VictimSearchResult run() {
@@ -204,6 +206,9 @@ class Search {
   struct Entry {
     const ResidencyValueSnapshot* value;
     Placements base;
+    // The controller's facts, looked up once per decision.
+    ResidencyPolicyMetadata metadata;
+    std::optional<std::int64_t> last_access_epoch;
   };
 
   // ---- state access -------------------------------------------------------
@@ -346,7 +351,7 @@ class Search {
       const Placement* placement = find(placements(state, value), location);
       if (placement == nullptr || placement->is_protected) continue;
       result.emplace_back(handle(value), location, placement->charged_nbytes, static_cast<std::int64_t>(value),
-                          input_.last_access_epoch(handle(value)), input_.metadata(handle(value)));
+                          entries_[value].last_access_epoch, entries_[value].metadata);
     }
     return result;
   }
@@ -366,15 +371,20 @@ class Search {
 
   std::vector<ResidencyEvictionCandidate> ranked(std::vector<ResidencyEvictionCandidate> group) const {
     if (group.empty()) return group;
-    std::unordered_map<std::int64_t, const ResidencyEvictionCandidate*> offered;
-    for (const auto& candidate : group) offered.emplace(candidate.registration_index, &candidate);
+    // Registration indices are unique within one location's candidates.
+    for (std::size_t index = 0; index < group.size(); ++index) {
+      offered_[static_cast<std::size_t>(group[index].registration_index)] = index + 1;
+    }
     std::vector<ResidencyEvictionCandidate> order = input_.policy.order_candidates(group);
     bool permutation = order.size() == group.size();
     for (std::size_t index = 0; permutation && index < order.size(); ++index) {
-      const auto found = offered.find(order[index].registration_index);
-      permutation = found != offered.end() && found->second != nullptr && *found->second == order[index];
-      if (permutation) found->second = nullptr;  // each candidate once
+      const std::int64_t registration = order[index].registration_index;
+      permutation = registration >= 0 && static_cast<std::size_t>(registration) < offered_.size();
+      std::size_t& slot = permutation ? offered_[static_cast<std::size_t>(registration)] : offered_[0];
+      permutation = permutation && slot != 0 && group[slot - 1] == order[index];
+      if (permutation) slot = 0;  // each candidate once
     }
+    for (const auto& candidate : group) offered_[static_cast<std::size_t>(candidate.registration_index)] = 0;
     if (!permutation) {
       throw std::logic_error("residency policy '" + input_.policy.name() + "' must return every one of the " +
                              std::to_string(group.size()) + " candidates it was given exactly once (it returned " +
@@ -560,6 +570,9 @@ class Search {
   std::set<std::vector<std::int64_t>> open_requests_;
   std::set<std::vector<std::int64_t>> open_capacities_;
   std::int64_t cycles_cut_ = 0;
+  // Scratch for checking a policy's order: 1 + position of each offered
+  // candidate by registration index, 0 when not offered.
+  mutable std::vector<std::size_t> offered_;
 };
 
 }  // namespace
