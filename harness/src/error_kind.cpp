@@ -15,6 +15,8 @@ std::string error_kind(const std::exception_ptr& error) {
     return "plan_execution";
   } catch (const ResidencyStaleStateError&) {
     return "stale";
+  } catch (const ResidencySearchLimitError&) {
+    return "search_limit";
   } catch (const ResidencyPlanError&) {
     return "plan";
   } catch (const ResidencyBudgetError&) {

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "fhelium/harness/contents.hpp"
+#include "fhelium/harness/decision_checker.hpp"
 #include "fhelium/harness/error_kind.hpp"
 #include "fhelium/harness/fault_injecting_runtime.hpp"
 #include "fhelium/harness/invariant_checker.hpp"
@@ -117,6 +118,7 @@ struct Outcome {
   std::optional<std::string> reason;
   std::optional<std::int64_t> committed;
   std::optional<ResidencyPlanExplanation> explanation;
+  std::optional<ResidencyDecision> decision;
 };
 
 class Replayer {
@@ -169,7 +171,9 @@ class Replayer {
       if (step.kind == StepKind::advance || step.kind == StepKind::complete || step.kind == StepKind::work) {
         return std::string("step '") + to_string(step.kind) + "' needs the simulated runtime";
       }
-      if (step.stream || !step.transfer_streams.empty()) return std::string("streams are simulated");
+      if (step.stream || !step.transfer_streams.empty() || !step.consumer_streams.empty()) {
+        return std::string("streams are simulated");
+      }
     }
     if (!scenario_.capacity.empty()) return std::string("capacities are simulated");
     return std::nullopt;
@@ -185,6 +189,10 @@ class Replayer {
       }
     };
     for (const auto& [location, bytes] : scenario_.budgets) result.push_back(location);
+    for (const auto& [source, destinations] : scenario_.fallback_tiers) {
+      result.push_back(source);
+      result.insert(result.end(), destinations.begin(), destinations.end());
+    }
     for (const auto& value : scenario_.values) result.push_back(value.at);
     for (const auto& fault : scenario_.faults) {
       if (fault.location) result.push_back(*fault.location);
@@ -198,6 +206,8 @@ class Replayer {
       if (step.from) result.push_back(*step.from);
       actions(step.actions);
       if (step.fault && step.fault->location) result.push_back(*step.fault->location);
+      for (const auto& requirement : step.requirements) result.push_back(requirement.location);
+      for (const auto& reservation : step.reservations) result.push_back(reservation.location);
     }
     return result;
   }
@@ -229,6 +239,13 @@ class Replayer {
       manager_ = std::make_unique<ResidencyManager>(std::move(options));
     } catch (const std::exception& error) {
       fail_setup(std::string("manager: ") + error.what());
+    }
+    try {
+      controller_ = std::make_unique<ResidencyController>(
+          *manager_, std::make_shared<const DeterministicTieredLRU>(scenario_.fallback_tiers),
+          scenario_.search_state_limit);
+    } catch (const std::exception& error) {
+      fail_setup(std::string("controller: ") + error.what());
     }
     for (const auto& value : scenario_.values) {
       if (value.deferred) continue;
@@ -334,6 +351,24 @@ class Replayer {
     return result;
   }
 
+  ResidencyRequest request(const Step& step) const {
+    std::vector<ResidencyRequirement> requirements;
+    for (const auto& requirement : step.requirements) {
+      requirements.push_back({handle(requirement.value), requirement.location});
+    }
+    std::vector<MemoryReservation> reservations;
+    for (const auto& reservation : step.reservations) {
+      reservations.emplace_back(reservation.location, reservation.bytes, reservation.label);
+    }
+    return ResidencyRequest(step.plan, std::move(requirements), std::move(reservations));
+  }
+
+  ConsumerStreams consumer_streams(const Step& step) const {
+    ConsumerStreams result;
+    for (const auto& [location, ref] : step.consumer_streams) result.emplace(location, stream(ref));
+    return result;
+  }
+
   TransferStreams transfer_streams(const Step& step) const {
     TransferStreams result;
     for (const auto& [location, ref] : step.transfer_streams) result.emplace(location, stream(ref));
@@ -358,6 +393,10 @@ class Replayer {
     const std::size_t faults_before = result_.faults.size() + faults_->fired().size() - fired_seen_;
     std::optional<ResidencyPlanExplanation> preflight;
     const auto peaks_before = last_peaks_;
+    // The controller decides from a fresh snapshot (which reaps completed
+    // work); the checks compare against the same state.
+    std::optional<ResidencySnapshot> before;
+    if (deciding(step) && manager_ && !manager_->closed()) before = manager_->snapshot();
     Outcome outcome;
     try {
       outcome = perform(step, preflight);
@@ -393,6 +432,7 @@ class Replayer {
     }
     const bool faults_fired = result_.faults.size() + faults_->fired().size() - fired_seen_ > faults_before;
     if (preflight && snapshot != nullptr) check_preflight(index, step, *preflight, outcome, faults_fired, peaks_before, *snapshot);
+    if (before && snapshot != nullptr) check_controller(index, step, *before, outcome, *snapshot);
     check_snapshot_expectations(index, step, snapshot);
     if (!step.remember_version.empty()) {
       if (snapshot == nullptr) fail(index, step, "remember_version needs an open manager");
@@ -453,6 +493,14 @@ class Replayer {
         return outcome;
       }
       case StepKind::scope_enter: {
+        if (!step.decision.empty()) {
+          const ResidencyDecision& decision = decisions_.at(step.decision);
+          preflight = decision.explanation;
+          auto [it, inserted] =
+              scopes_.insert_or_assign(step.name, controller_->scope(decision, transfer_streams(step)));
+          it->second.enter();
+          return outcome;
+        }
         try {
           preflight = manager_->explain(plan(step.plan));
         } catch (...) {
@@ -490,6 +538,7 @@ class Replayer {
         if (step.lifetime_kind == "hold") holds_.erase(step.name);
         if (step.lifetime_kind == "reservation") reservations_.erase(step.name);
         if (step.lifetime_kind == "scope") scopes_.erase(step.name);
+        if (step.lifetime_kind == "use") uses_.erase(step.name);
         return outcome;
       case StepKind::hold: {
         std::vector<ResidencyHandle> list;
@@ -532,8 +581,63 @@ class Replayer {
       case StepKind::disarm:
         faults_->remove_rule(step.name);
         return outcome;
+      case StepKind::decide: {
+        ResidencyDecision decision = controller_->decide(request(step));
+        if (!step.decision.empty()) decisions_.insert_or_assign(step.decision, decision);
+        outcome.decision = std::move(decision);
+        return outcome;
+      }
+      case StepKind::use: {
+        ResidencyUse use = controller_->use(request(step), consumer_streams(step), transfer_streams(step));
+        try {
+          use.enter();
+        } catch (...) {
+          // A plan the controller decided must run: the preflight check sees it.
+          try {
+            preflight = use.decision().explanation;
+          } catch (const std::logic_error&) {
+          }
+          throw;
+        }
+        preflight = use.decision().explanation;
+        outcome.decision = use.decision();
+        for (const auto& requirement : step.requirements) {
+          check_content(requirement.value, use.value(handle(requirement.value), requirement.location),
+                        requirement.location);
+        }
+        uses_.insert_or_assign(step.name, std::move(use));
+        return outcome;
+      }
+      case StepKind::end_use: {
+        const auto report = uses_.at(step.name).close();
+        outcome.no_op = !report.has_value();
+        if (report) outcome.committed = static_cast<std::int64_t>(report->transitions.size());
+        return outcome;
+      }
+      case StepKind::set_policy_metadata:
+        controller_->set_policy_metadata(handle(step.value), step.priority, step.stable_key);
+        return outcome;
     }
     return outcome;
+  }
+
+  static bool deciding(const Step& step) {
+    return step.kind == StepKind::decide || step.kind == StepKind::use ||
+           (step.kind == StepKind::scope_enter && !step.decision.empty());
+  }
+
+  // The controller invariants: deciding changes nothing, and a decision's
+  // evictions are legal against the state it was made from.
+  void check_controller(std::size_t index, const Step& step, const ResidencySnapshot& before, const Outcome& outcome,
+                        const ResidencySnapshot& after) {
+    std::vector<InvariantViolation> violations;
+    if (step.kind == StepKind::decide) violations = check_unchanged(before, after);
+    if (outcome.decision) {
+      for (auto& violation : check_decision(before, *outcome.decision)) violations.push_back(std::move(violation));
+    }
+    if (!violations.empty()) {
+      fail(index, step, "invariant " + violations.front().invariant + " violated: " + violations.front().detail);
+    }
   }
 
   // --- contents ----------------------------------------------------------
@@ -627,6 +731,7 @@ class Replayer {
       fail(index, step, "expected the reason to contain '" + *expect.reason + "', got '" + outcome.reason.value_or("") + "'");
     }
     compare(index, step, "committed transitions", expect.committed, outcome.committed);
+    check_decision_expectations(index, step, outcome);
     if (outcome.explanation) {
       if (expect.feasible && *expect.feasible != outcome.explanation->feasible) {
         fail(index, step, std::string("expected the plan to be ") + (*expect.feasible ? "feasible" : "infeasible") +
@@ -640,6 +745,46 @@ class Replayer {
     } else if (expect.feasible || !expect.predicted_peak.empty()) {
       fail(index, step, "feasible and predicted_peak apply only to explain steps");
     }
+  }
+
+  void check_decision_expectations(std::size_t index, const Step& step, const Outcome& outcome) {
+    const Expectation& expect = step.expect;
+    const bool wanted = expect.reclaim || expect.enter || expect.evictions || expect.explored_states;
+    if (!outcome.decision) {
+      if (wanted) fail(index, step, "reclaim, enter, evictions and explored_states apply only to decide and use steps");
+      return;
+    }
+    const ResidencyDecision& decision = *outcome.decision;
+    const auto listed = [](const std::vector<ResidencyAction>& list) {
+      std::string out = "[";
+      for (const auto& action : list) out += (out.size() > 1 ? ", " : "") + describe(action);
+      return out + "]";
+    };
+    const auto same = [&](const char* what, const std::optional<std::vector<ActionDecl>>& expected,
+                          const std::vector<ResidencyAction>& actual) {
+      if (!expected) return;
+      const std::vector<ResidencyAction> wanted_actions = actions(*expected);
+      if (wanted_actions != actual) {
+        fail(index, step, std::string("expected the decision's ") + what + " actions " + named(listed(wanted_actions)) +
+                              ", got " + named(listed(actual)));
+      }
+    };
+    same("reclaim", expect.reclaim, decision.plan.reclaim);
+    same("enter", expect.enter, decision.plan.enter);
+    compare(index, step, "evictions", expect.evictions,
+            std::optional(static_cast<std::int64_t>(decision.evictions.size())));
+    compare(index, step, "explored states", expect.explored_states, std::optional(decision.explored_states));
+  }
+
+  // Handle ids in a message replaced by the scenario's value names.
+  std::string named(std::string text) const {
+    for (const auto& [name, handle] : handles_) {
+      const std::string id = " " + handle.handle_id + " ";
+      for (auto at = text.find(id); at != std::string::npos; at = text.find(id, at + name.size() + 2)) {
+        text.replace(at, id.size(), " " + name + " ");
+      }
+    }
+    return text;
   }
 
   template <class T>
@@ -845,6 +990,10 @@ class Replayer {
   std::map<std::string, ResidencyHold> holds_;
   std::map<std::string, ResidencyReservation> reservations_;
   std::map<std::string, ResidencyScope> scopes_;
+  // The controller after the manager, its uses after it.
+  std::unique_ptr<ResidencyController> controller_;
+  std::map<std::string, ResidencyDecision> decisions_;
+  std::map<std::string, ResidencyUse> uses_;
   std::map<std::string, std::uint64_t> remembered_;
   std::map<std::string, std::int64_t> loads_;
   InvariantChecker checker_;

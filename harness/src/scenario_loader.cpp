@@ -98,6 +98,10 @@ const std::map<std::string, StepKind>& step_kinds() {
       {"verify", StepKind::verify},
       {"arm", StepKind::arm},
       {"disarm", StepKind::disarm},
+      {"decide", StepKind::decide},
+      {"use", StepKind::use},
+      {"end_use", StepKind::end_use},
+      {"set_policy_metadata", StepKind::set_policy_metadata},
   };
   return kinds;
 }
@@ -108,7 +112,8 @@ const std::map<std::string, std::int64_t> dtype_bytes{{"float32", 4}, {"float64"
 const std::set<std::string> error_kinds{"none",      "any",         "maybe",         "budget",          "handle",       "unavailable",
                                         "in_use",    "ownership",   "materialization", "plan",         "stale",
                                         "plan_execution", "reentrancy", "lifetime_closed", "closed",
-                                        "invalid_argument", "out_of_memory", "device", "runtime", "logic"};
+                                        "invalid_argument", "out_of_memory", "device", "runtime", "logic",
+                                        "search_limit"};
 
 // " (did you mean 'x'?)" when a candidate is a small edit away from `word`.
 template <class Names>
@@ -354,8 +359,8 @@ class ScenarioParser {
 
   void parse(const YAML::Node& root) {
     reader_.require_keys(root, "scenario",
-                         {"name", "description", "seed", "must_fail", "manager", "runtime", "faults", "values",
-                          "plans", "steps", "limits"});
+                         {"name", "description", "seed", "must_fail", "manager", "runtime", "controller", "faults",
+                          "values", "plans", "steps", "limits"});
     if (root["limits"]) parse_limits(root["limits"]);
     scenario_.name = reader_.name(reader_.required(root, "name", "scenario"), "scenario name");
     if (root["description"]) scenario_.description = reader_.text(root["description"], "description");
@@ -365,6 +370,7 @@ class ScenarioParser {
     if (root["runtime"]) parse_runtime(root["runtime"]);
     if (scenario_.runtime == "simulated") reader_.set_cuda_devices(scenario_.cuda_devices);
     if (root["manager"]) parse_manager(root["manager"]);
+    if (root["controller"]) parse_controller(root["controller"]);
     if (root["faults"]) {
       if (!root["faults"].IsSequence()) reader_.fail(root["faults"], "faults must be a list");
       for (const auto& fault : root["faults"]) scenario_.faults.push_back(parse_fault(reader_, fault, "fault"));
@@ -390,6 +396,36 @@ class ScenarioParser {
                                                [&](const YAML::Node& n, const std::string& w) { return reader_.size(n, w); });
     }
     if (node["trace_capacity"]) scenario_.trace_capacity = reader_.count(node["trace_capacity"], "trace_capacity");
+  }
+
+  void parse_controller(const YAML::Node& node) {
+    reader_.require_keys(node, "controller", {"fallback_tiers", "search_state_limit"});
+    if (const YAML::Node tiers = node["fallback_tiers"]) {
+      reader_.require_map(tiers, "controller fallback_tiers");
+      for (const auto& entry : tiers) {
+        const ResidencyLocation source = reader_.location(entry.first, "controller fallback_tiers key");
+        if (!entry.second.IsSequence()) {
+          reader_.fail(entry.second, "controller fallback_tiers of " + source.name() + " must be a list of locations");
+        }
+        std::vector<ResidencyLocation> destinations;
+        for (const auto& item : entry.second) {
+          const ResidencyLocation destination =
+              reader_.location(item, "controller fallback_tiers of " + source.name());
+          if (destination == source) reader_.fail(item, "a fallback tier of " + source.name() + " cannot be itself");
+          if (std::find(destinations.begin(), destinations.end(), destination) != destinations.end()) {
+            reader_.fail(item, "fallback tier " + destination.name() + " of " + source.name() + " is listed twice");
+          }
+          destinations.push_back(destination);
+        }
+        scenario_.fallback_tiers.emplace_back(source, std::move(destinations));
+      }
+    }
+    if (node["search_state_limit"]) {
+      scenario_.search_state_limit = reader_.count(node["search_state_limit"], "controller search_state_limit");
+      if (scenario_.search_state_limit < 1) {
+        reader_.fail(node["search_state_limit"], "controller search_state_limit must be at least 1");
+      }
+    }
   }
 
   void parse_runtime(const YAML::Node& node) {
@@ -568,6 +604,43 @@ class ScenarioParser {
     return result;
   }
 
+  std::vector<ReservationDecl> parse_reservations(const YAML::Node& reservations, const std::string& what) {
+    if (!reservations.IsSequence()) reader_.fail(reservations, what + " reservations must be a list");
+    std::vector<ReservationDecl> result;
+    for (const auto& item : reservations) {
+      reader_.require_keys(item, what + " reservation", {"at", "bytes", "label"});
+      result.push_back(ReservationDecl{
+          reader_.location(reader_.required(item, "at", what + " reservation"), what + " reservation at"),
+          reader_.size(reader_.required(item, "bytes", what + " reservation"), what + " reservation bytes"),
+          reader_.name(reader_.required(item, "label", what + " reservation"), what + " reservation label")});
+    }
+    return result;
+  }
+
+  // A controller request: `name`, `requirements: [{value, at}]`, `reservations`.
+  void parse_request(const YAML::Node& args, const std::string& what, Step& step) {
+    step.plan = args["name"] ? reader_.name(args["name"], what + " name") : "request";
+    const YAML::Node requirements = reader_.required(args, "requirements", what);
+    if (!requirements.IsSequence() || requirements.size() == 0) {
+      reader_.fail(requirements, what + " requirements must be a non-empty list of {value, at}");
+    }
+    for (const auto& item : requirements) {
+      reader_.require_keys(item, what + " requirement", {"value", "at"});
+      RequirementDecl requirement;
+      requirement.value = value_ref(reader_.required(item, "value", what + " requirement"), what + " requirement value");
+      requirement.location = reader_.location(reader_.required(item, "at", what + " requirement"),
+                                              what + " requirement at");
+      for (const auto& earlier : step.requirements) {
+        if (earlier.value == requirement.value && earlier.location == requirement.location) {
+          reader_.fail(item, what + " requires value '" + requirement.value + "' at " +
+                                 requirement.location.name() + " twice");
+        }
+      }
+      step.requirements.push_back(std::move(requirement));
+    }
+    if (args["reservations"]) step.reservations = parse_reservations(args["reservations"], what);
+  }
+
   void parse_plans(const YAML::Node& node) {
     reader_.require_map(node, "plans");
     for (const auto& entry : node) {
@@ -581,14 +654,7 @@ class ScenarioParser {
       if (entry.second["enter"]) plan.enter = parse_actions(entry.second["enter"], what + " enter");
       if (entry.second["exit"]) plan.exit = parse_actions(entry.second["exit"], what + " exit");
       if (const YAML::Node reservations = entry.second["reservations"]) {
-        if (!reservations.IsSequence()) reader_.fail(reservations, what + " reservations must be a list");
-        for (const auto& item : reservations) {
-          reader_.require_keys(item, what + " reservation", {"at", "bytes", "label"});
-          plan.reservations.push_back(ReservationDecl{
-              reader_.location(reader_.required(item, "at", what + " reservation"), what + " reservation at"),
-              reader_.size(reader_.required(item, "bytes", what + " reservation"), what + " reservation bytes"),
-              reader_.name(reader_.required(item, "label", what + " reservation"), what + " reservation label")});
-        }
+        plan.reservations = parse_reservations(reservations, what);
       }
       scenario_.plans.push_back(std::move(plan));
     }
@@ -625,7 +691,8 @@ class ScenarioParser {
     reader_.require_keys(node, what,
                          {"error", "message", "injected", "no_op", "source", "destination", "reason", "phase",
                           "failed_index", "committed", "feasible", "predicted_peak", "locations", "resident",
-                          "discarded", "faults_fired", "diagnostics"});
+                          "discarded", "faults_fired", "diagnostics", "reclaim", "enter", "evictions",
+                          "explored_states"});
     Expectation expect;
     if (node["error"]) {
       expect.error = reader_.text(node["error"], what + " error");
@@ -684,6 +751,12 @@ class ScenarioParser {
     }
     if (node["faults_fired"]) expect.faults_fired = reader_.count(node["faults_fired"], what + " faults_fired");
     if (node["diagnostics"]) expect.diagnostics = reader_.count(node["diagnostics"], what + " diagnostics");
+    if (node["reclaim"]) expect.reclaim = parse_actions(node["reclaim"], what + " reclaim");
+    if (node["enter"]) expect.enter = parse_actions(node["enter"], what + " enter");
+    if (node["evictions"]) expect.evictions = reader_.count(node["evictions"], what + " evictions");
+    if (node["explored_states"]) {
+      expect.explored_states = reader_.count(node["explored_states"], what + " explored_states");
+    }
     return expect;
   }
 
@@ -804,9 +877,23 @@ class ScenarioParser {
       case StepKind::scope_enter: {
         const bool scope = step.kind == StepKind::scope_enter;
         if (scope) {
-          reader_.require_keys(args, what, {"plan", "as", "expected_version", "streams"});
+          reader_.require_keys(args, what, {"plan", "decision", "as", "expected_version", "streams"});
         } else {
           reader_.require_keys(args, what, {"plan", "expected_version"});
+        }
+        if (scope && args["decision"]) {
+          // The scope of a decision remembered by an earlier decide step.
+          if (args["plan"] || args["expected_version"]) {
+            reader_.fail(args, what + ": a decision brings its own plan and expected version");
+          }
+          step.decision = reader_.name(args["decision"], what + " decision");
+          if (decisions_.count(step.decision) == 0) {
+            reader_.fail(args["decision"], what + " names no earlier decide step's decision '" + step.decision + "'" +
+                                               did_you_mean(step.decision, decisions_));
+          }
+          parse_streams(args, what, step);
+          define_lifetime(args, "scope", what, step);
+          break;
         }
         const YAML::Node plan = reader_.required(args, "plan", what);
         step.plan = reader_.name(plan, what + " plan");
@@ -862,15 +949,15 @@ class ScenarioParser {
       }
       case StepKind::abandon: {
         // Destroys the lifetime object without releasing it (the destructor path).
-        reader_.require_keys(args, what, {"lease", "hold", "reservation", "scope"});
+        reader_.require_keys(args, what, {"lease", "hold", "reservation", "scope", "use"});
         int refs = 0;
-        for (const char* kind : {"lease", "hold", "reservation", "scope"}) {
+        for (const char* kind : {"lease", "hold", "reservation", "scope", "use"}) {
           if (!args[kind]) continue;
           ++refs;
           step.lifetime_kind = kind;
           step.name = lifetime_ref(args[kind], kind, what + " " + kind);
         }
-        if (refs != 1) reader_.fail(args, what + " needs exactly one of lease, hold, reservation, scope");
+        if (refs != 1) reader_.fail(args, what + " needs exactly one of lease, hold, reservation, scope, use");
         break;
       }
       case StepKind::reserve:
@@ -918,6 +1005,45 @@ class ScenarioParser {
         reader_.require_keys(args, what, {"name"});
         step.name = reader_.name(reader_.required(args, "name", what), what + " name");
         break;
+      case StepKind::decide:
+        reader_.require_keys(args, what, {"name", "requirements", "reservations", "as"});
+        parse_request(args, what, step);
+        if (args["as"]) {
+          step.decision = reader_.name(args["as"], what + " as");
+          if (!decisions_.insert(step.decision).second) {
+            reader_.fail(args["as"], what + ": decision name '" + step.decision + "' is already used");
+          }
+        }
+        break;
+      case StepKind::use:
+        reader_.require_keys(args, what, {"name", "requirements", "reservations", "streams", "transfer_streams", "as"});
+        parse_request(args, what, step);
+        if (const YAML::Node streams = args["streams"]) {
+          reader_.require_map(streams, what + " streams");
+          for (const auto& entry : streams) {
+            step.consumer_streams[reader_.location(entry.first, what + " streams key")] =
+                reader_.stream(entry.second, what + " stream");
+          }
+        }
+        if (const YAML::Node streams = args["transfer_streams"]) {
+          reader_.require_map(streams, what + " transfer_streams");
+          for (const auto& entry : streams) {
+            step.transfer_streams[reader_.location(entry.first, what + " transfer_streams key")] =
+                reader_.stream(entry.second, what + " transfer stream");
+          }
+        }
+        define_lifetime(args, "use", what, step);
+        break;
+      case StepKind::end_use:
+        reader_.require_keys(args, what, {"use"});
+        step.name = lifetime_ref(reader_.required(args, "use", what), "use", what + " use");
+        break;
+      case StepKind::set_policy_metadata:
+        reader_.require_keys(args, what, {"value", "priority", "stable_key"});
+        step.value = value_ref(reader_.required(args, "value", what), what + " value");
+        if (args["priority"]) step.priority = reader_.integer(args["priority"], what + " priority");
+        if (args["stable_key"]) step.stable_key = reader_.text(args["stable_key"], what + " stable_key");
+        break;
     }
     if (node["expect"]) step.expect = parse_expect(node["expect"], what + " expect");
     if (node["remember_version"]) {
@@ -937,6 +1063,7 @@ class ScenarioParser {
   Scenario& scenario_;
   std::map<std::string, std::string> lifetimes_;
   std::set<std::string> remembered_;
+  std::set<std::string> decisions_;
 };
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "fhelium/harness/decision_checker.hpp"
 #include "fhelium/harness/forwarding_runtime.hpp"
 #include "support.hpp"
 
@@ -869,6 +870,75 @@ TEST(TieredLru, OrdersByPriorityThenEpochThenStableKeyThenRegistration) {
   EXPECT_EQ(DeterministicTieredLRU({{CUDA0, {PINNED_HOST, PAGEABLE_HOST}}}).config_identity(),
             (ResidencyPolicyConfig{{"fallback_tiers", "cuda:0 -> [pinned-host, pageable-host]"}}));
 }
+
+// ---------------------------------------------------------------------------
+// The harness's decision checks bite: decisions that break the rules are
+// reported (the controller never makes them, so they are built by hand).
+
+namespace decision_checks {
+
+ResidencySnapshot state_of(ResidencyManager& manager) { return manager.snapshot(); }
+
+ResidencyDecision forged(const ResidencySnapshot& snapshot, const ResidencyRequest& request,
+                         std::vector<ResidencyAction> reclaim) {
+  std::vector<ResidencyEviction> evictions;
+  for (const auto& action : reclaim) {
+    const ResidencyLocation released = std::holds_alternative<DropResident>(action)
+                                           ? std::get<DropResident>(action).location
+                                           : *std::get<MoveResident>(action).from_location;
+    evictions.emplace_back(action, 0, released, kBytes, "forged");
+  }
+  ResidencyPlan plan{request.name, {}, {}, request.reservations, std::move(reclaim)};
+  return ResidencyDecision(snapshot.manager_id, snapshot.state_version, 1, request, std::move(plan), "forged", {},
+                           std::move(evictions), ResidencyPlanExplanation(request.name, {}, {}, {}, true));
+}
+
+bool reports(const std::vector<harness::InvariantViolation>& violations, const std::string& text) {
+  for (const auto& violation : violations) {
+    if (violation.detail.find(text) != std::string::npos) return true;
+  }
+  return false;
+}
+
+TEST(DecisionChecker, ReportsProtectedVictimsLostMustPreserveValuesAndDiscards) {
+  auto fixture = make_fixture();
+  ResidencyManager& manager = *fixture.manager;
+  const ResidencyHandle replica = manager.adopt(blob(1), std::nullopt, ReplicaMode::replicable);
+  const ResidencyHandle precious = manager.adopt(blob(2));
+  manager.ensure(replica, PINNED_HOST);
+  ResidencyHold hold = manager.hold({replica}, PINNED_HOST);
+  const ResidencySnapshot before = state_of(manager);
+  const ResidencyRequest request = one("forged", precious, PAGEABLE_HOST);
+
+  EXPECT_TRUE(harness::check_decision(before, forged(before, request, {DropResident{replica, PAGEABLE_HOST}})).empty());
+  EXPECT_TRUE(reports(harness::check_decision(before, forged(before, request, {DropResident{replica, PINNED_HOST}})),
+                      "protected"));
+  EXPECT_TRUE(reports(harness::check_decision(before, forged(before, request, {DropResident{precious, PAGEABLE_HOST}})),
+                      "last copy of must-preserve"));
+  EXPECT_TRUE(reports(
+      harness::check_decision(before, forged(before, request, {MoveResident{replica, PINNED_HOST, PAGEABLE_HOST}})),
+      "existing materialization"));
+  EXPECT_TRUE(reports(harness::check_decision(before, forged(before, request, {DropResident{replica, CUDA0}})),
+                      "does not exist"));
+  ResidencyDecision discarding = forged(before, request, {});
+  discarding.plan.enter.push_back(DiscardValue{replica});
+  EXPECT_TRUE(reports(harness::check_decision(before, discarding), "discards"));
+  hold.release();
+}
+
+TEST(DecisionChecker, ReportsAnyChangeMadeWhileDeciding) {
+  auto fixture = make_fixture();
+  ResidencyManager& manager = *fixture.manager;
+  const ResidencyHandle handle = manager.adopt(blob(1), std::nullopt, ReplicaMode::replicable);
+  const ResidencySnapshot before = state_of(manager);
+  EXPECT_TRUE(harness::check_unchanged(before, state_of(manager)).empty());
+  manager.ensure(handle, PINNED_HOST);
+  const auto violations = harness::check_unchanged(before, state_of(manager));
+  ASSERT_FALSE(violations.empty());
+  EXPECT_EQ(violations.front().invariant, "decide-read-only");
+}
+
+}  // namespace decision_checks
 
 }  // namespace
 }  // namespace fhelium::residency

@@ -11,6 +11,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "fhelium/harness/fault_injecting_runtime.hpp"
@@ -56,6 +57,12 @@ struct ReservationDecl {
   std::string label;
 };
 
+// One requirement of a controller request: `value` resident `at`.
+struct RequirementDecl {
+  std::string value;
+  ResidencyLocation location;
+};
+
 struct PlanDecl {
   std::string name;
   std::vector<ActionDecl> reclaim, enter, exit;
@@ -87,12 +94,17 @@ struct Expectation {
   std::map<std::string, bool> discarded;
   std::optional<std::int64_t> faults_fired;   // total fired so far
   std::optional<std::int64_t> diagnostics;    // total manager diagnostics so far
+  // decide / use: the controller's decision.
+  std::optional<std::vector<ActionDecl>> reclaim;  // chosen reclaim actions, exactly
+  std::optional<std::vector<ActionDecl>> enter;    // enter actions, exactly
+  std::optional<std::int64_t> evictions;           // number of evictions
+  std::optional<std::int64_t> explored_states;     // search states explored, exactly
 };
 
 enum class StepKind {
   adopt, register_source, ensure, copy, move, drop, discard, execute, explain, scope_enter, scope_close,
   acquire, add_consumer_stream, release, abandon, hold, reserve, snapshot, close, advance, complete, work, verify,
-  arm, disarm
+  arm, disarm, decide, use, end_use, set_policy_metadata
 };
 const char* to_string(StepKind kind) noexcept;
 
@@ -119,6 +131,13 @@ struct Step {
   std::int64_t bytes = 0;
   std::string label;
   std::optional<FaultRule> fault;           // arm
+  // decide / use: the request (its name is `plan`); use: consumer streams.
+  std::vector<RequirementDecl> requirements;
+  std::vector<ReservationDecl> reservations;
+  std::map<ResidencyLocation, StreamRef> consumer_streams;
+  std::string decision;                     // scope_enter: a decision remembered by a decide step
+  std::int64_t priority = 0;                // set_policy_metadata
+  std::optional<std::string> stable_key;    // set_policy_metadata
   Expectation expect;
 };
 
@@ -147,6 +166,9 @@ struct Scenario {
   bool can_pin = true;
   std::int64_t copy_ns_per_mib = 0;
   std::vector<FaultRule> faults;
+  // The controller (decide / use steps): DeterministicTieredLRU's tiers.
+  std::vector<std::pair<ResidencyLocation, std::vector<ResidencyLocation>>> fallback_tiers;
+  std::int64_t search_state_limit = 100000;
   std::vector<ValueDecl> values;
   std::vector<PlanDecl> plans;
   std::vector<Step> steps;

@@ -1,0 +1,25 @@
+// Checks of controller decisions, from outside the controller: a decision's
+// evictions replayed against the snapshot it was made from must never touch a
+// protected materialization, never lose a must-preserve value, never discard;
+// and deciding must leave the manager exactly as it was. Pure functions over
+// tensor-free records; safe to call from any thread.
+#pragma once
+
+#include <vector>
+
+#include "fhelium/harness/invariant_checker.hpp"
+#include "fhelium/residency/controller.hpp"
+#include "fhelium/residency/snapshot.hpp"
+
+namespace fhelium::harness {
+
+// Violations of "decision-evictions" in `decision`, made from `before`.
+std::vector<InvariantViolation> check_decision(const residency::ResidencySnapshot& before,
+                                               const residency::ResidencyDecision& decision);
+
+// Violations of "decide-read-only": `after` must equal `before` in every
+// field but captured_at_ns.
+std::vector<InvariantViolation> check_unchanged(const residency::ResidencySnapshot& before,
+                                                const residency::ResidencySnapshot& after);
+
+}  // namespace fhelium::harness
