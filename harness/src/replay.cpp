@@ -588,7 +588,10 @@ class Replayer {
         return outcome;
       }
       case StepKind::use: {
-        ResidencyUse use = controller_->use(request(step), consumer_streams(step), transfer_streams(step));
+        // Kept even when entry fails, so a later end_use sees what is left.
+        auto [stored, inserted] = uses_.insert_or_assign(
+            step.name, controller_->use(request(step), consumer_streams(step), transfer_streams(step)));
+        ResidencyUse& use = stored->second;
         try {
           use.enter();
         } catch (...) {
@@ -605,11 +608,14 @@ class Replayer {
           check_content(requirement.value, use.value(handle(requirement.value), requirement.location),
                         requirement.location);
         }
-        uses_.insert_or_assign(step.name, std::move(use));
         return outcome;
       }
       case StepKind::end_use: {
-        const auto report = uses_.at(step.name).close();
+        const auto found = uses_.find(step.name);
+        if (found == uses_.end()) {
+          throw std::logic_error("use '" + step.name + "' was refused before it existed (bad request or streams)");
+        }
+        const auto report = found->second.close();
         outcome.no_op = !report.has_value();
         if (report) outcome.committed = static_cast<std::int64_t>(report->transitions.size());
         return outcome;

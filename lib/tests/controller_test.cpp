@@ -820,6 +820,36 @@ TEST(Controller, AUseIsSingleUseAndAFailedDecisionLeavesNothingBehind) {
   EXPECT_THROW(impossible.value(big, PINNED_HOST), ResidencyLifetimeClosedError);
 }
 
+// The reference search only drops a replica and, while moving a value,
+// keeps all its copies out of the nested search. Here the only plan drops the
+// cuda:0 replica of `kv` to make room for `big`'s move there, and so needs to
+// move `kv`'s pinned copy (a replica when the search first meets it).
+TEST(Controller, FindsPlansTheReferenceRulesMiss) {
+  auto fixture = make_fixture({{PAGEABLE_HOST, 2 * kBytes}, {PINNED_HOST, 2 * kBytes}, {CUDA0, 2 * kBytes}});
+  ResidencyManager& manager = *fixture.manager;
+  ResidencyController controller(
+      manager, std::make_shared<DeterministicTieredLRU>(ResidencyFallbackTiers{{PAGEABLE_HOST, {PINNED_HOST, CUDA0}}}));
+  const ResidencyHandle big = manager.adopt(make_value(32));  // 128 bytes, exclusive, pageable
+  const ResidencyHandle kv =
+      manager.adopt(fixture.runtime->copy_to(blob(), PINNED_HOST, std::nullopt), PINNED_HOST, ReplicaMode::replicable);
+  manager.ensure(kv, CUDA0);
+  ResidencyReservation standing = manager.reserve(PINNED_HOST, kBytes, "standing");
+  const ResidencyRequest request("rotate", {{kv, PAGEABLE_HOST}, {big, CUDA0}},
+                                 {MemoryReservation(PINNED_HOST, kBytes, "workspace")});
+
+  const ResidencyDecision decision = controller.decide(request);
+  EXPECT_EQ(decision.plan.reclaim,
+            (std::vector<ResidencyAction>{DropResident{kv, CUDA0}, MoveResident{big, CUDA0, PAGEABLE_HOST},
+                                          MoveResident{kv, PAGEABLE_HOST, PINNED_HOST}}));
+  EXPECT_TRUE(decision.plan.enter.empty());
+  controller.scope(decision).run([&] {
+    EXPECT_EQ(resident_at(manager, kv), at({PAGEABLE_HOST}));
+    EXPECT_EQ(resident_at(manager, big), at({CUDA0}));
+    EXPECT_EQ(location_state(manager, PINNED_HOST).reserved_bytes, 2 * kBytes);
+  });
+  standing.release();
+}
+
 TEST(ControllerRecords, EvictionsAndDecisionsValidateThemselves) {
   const ResidencyHandle handle{"manager", "h1", "Blob"};
   EXPECT_THROW(ResidencyEviction(EnsureResident{handle, PINNED_HOST}, 0, PINNED_HOST, 1, "why"),

@@ -181,8 +181,21 @@ class Search {
     offered_.assign(entries_.size(), 0);
   }
 
+  // First the reference's rules; when they find nothing and met a choice
+  // the complete rules make differently, those rules from the start (the
+  // explored states of both count against the one limit).
   VictimSearchResult run() {
-    auto [state, enter] = search_request(initial_);
+    std::optional<std::pair<State, std::vector<ResidencyAction>>> found;
+    try {
+      found = search_request(initial_);
+    } catch (const BranchFailure&) {
+      if (!diverges_) throw;
+      reference_rules_ = false;
+      failed_requests_.clear();
+      failed_capacities_.clear();
+      found = search_request(initial_);
+    }
+    auto& [state, enter] = *found;
     VictimSearchResult result;
     for (const auto& step : state.reclaim) {
       const ResidencyHandle& handle = entries_[step.value].value->handle;
@@ -335,7 +348,8 @@ class Search {
 
   // ---- victims --------------------------------------------------------------
 
-  std::vector<ResidencyEvictionCandidate> candidates(const State& state, const ResidencyLocation& location) const {
+  std::vector<ResidencyEvictionCandidate> candidates(const State& state, const ResidencyLocation& location,
+                                                     const std::set<std::size_t>& blocked) {
     std::vector<std::size_t> indices;
     if (const auto base = by_location_.find(location); base != by_location_.end()) {
       for (const std::size_t value : base->second) {
@@ -350,6 +364,10 @@ class Search {
     for (const std::size_t value : indices) {
       const Placement* placement = find(placements(state, value), location);
       if (placement == nullptr || placement->is_protected) continue;
+      if (blocked.count(value) != 0) {
+        diverges_ = true;  // the complete rules would offer this one
+        continue;
+      }
       result.emplace_back(handle(value), location, placement->charged_nbytes, static_cast<std::int64_t>(value),
                           entries_[value].last_access_epoch, entries_[value].metadata);
     }
@@ -407,7 +425,7 @@ class Search {
   // Every legal way to free `candidate`'s materialization, each offered to
   // `yield` until it returns true (stop: found).
   bool reclaim_states(const State& state, const ResidencyEvictionCandidate& candidate, std::int64_t rank,
-                      const std::set<Endpoint>& active, Yield yield) {
+                      const std::set<std::size_t>& blocked, const std::set<Endpoint>& active, Yield yield) {
     const auto value = static_cast<std::size_t>(candidate.registration_index);
     const ResidencyLocation source = candidate.location;
     const Endpoint pair{value, source};
@@ -428,12 +446,23 @@ class Search {
                                             : "its registered source can reconstruct the value"});
       if (yield(trial)) return true;
     }
-    // Moves, also of a replica: its other copies may be released later on
-    // the same path (to make room for this very move, say), and then this
-    // copy is the one that keeps the value.
-    for (const ResidencyLocation& destination : destinations_for(value, source)) {
+    const std::vector<ResidencyLocation> destinations = destinations_for(value, source);
+    if (alternatives && reference_rules_) {
+      // The reference only drops a replica. The complete rules also move it:
+      // its other copies may be released later on the same path (to make
+      // room for this very move, say), and then this copy keeps the value.
+      for (const auto& destination : destinations) {
+        if (find(resident, destination) == nullptr) diverges_ = true;
+      }
+      return false;
+    }
+    for (const ResidencyLocation& destination : destinations) {
       if (find(resident, destination) != nullptr) continue;  // no better than the drop above
       const bool requested = required_.count({value, destination}) != 0;
+      // The reference keeps every copy of a value being moved out of the
+      // nested search; the complete rules only the copy being moved.
+      std::set<std::size_t> inner_blocked = blocked;
+      if (reference_rules_) inner_blocked.insert(value);
       std::set<Endpoint> inner_active = active;
       inner_active.insert(pair);
       auto place = [&](const State& capacitated) {
@@ -456,20 +485,23 @@ class Search {
                                      ", so the value stays resident"});
         return yield(trial);
       };
-      if (capacity_states(state, destination, charge, inner_active, place)) return true;
+      if (capacity_states(state, destination, charge, inner_blocked, inner_active, place)) return true;
     }
     return false;
   }
 
   // States in which `location` can admit `additional` more bytes, reached by
   // reclaiming victims there other than the materializations being moved
-  // (`active`).
+  // (`active`) and, under the reference rules, other than any copy of the
+  // values being moved (`blocked`).
   bool capacity_states(const State& state, const ResidencyLocation& location, std::int64_t additional,
-                       const std::set<Endpoint>& active, Yield yield) {
+                       const std::set<std::size_t>& blocked, const std::set<Endpoint>& active, Yield yield) {
     if (fits(state.used, state.reserved, location, additional)) return yield(state);
     std::vector<std::int64_t> key = signature(state);
     key.push_back(location.ordinal());
     key.push_back(additional);
+    key.push_back(-2);
+    for (const std::size_t value : blocked) key.push_back(static_cast<std::int64_t>(value));
     key.push_back(-2);
     for (const auto& [value, at] : active) {
       key.push_back(static_cast<std::int64_t>(value));
@@ -485,7 +517,7 @@ class Search {
     count("making room at " + location.name());
     const std::int64_t cuts_before = cycles_cut_;
     Open open(open_capacities_, key);
-    const std::vector<ResidencyEvictionCandidate> order = ordered(candidates(state, location));
+    const std::vector<ResidencyEvictionCandidate> order = ordered(candidates(state, location, blocked));
     bool produced = false;
     for (std::size_t rank = 0; rank < order.size(); ++rank) {
       const ResidencyEvictionCandidate& candidate = order[rank];
@@ -495,9 +527,9 @@ class Search {
         return yield(result);
       };
       auto deeper = [&](const State& reclaimed) {
-        return capacity_states(reclaimed, location, additional, active, deliver);
+        return capacity_states(reclaimed, location, additional, blocked, active, deliver);
       };
-      if (reclaim_states(state, candidate, static_cast<std::int64_t>(rank), active, deeper)) return true;
+      if (reclaim_states(state, candidate, static_cast<std::int64_t>(rank), blocked, active, deeper)) return true;
     }
     // A failure that relied on cutting a cycle is only a failure while the
     // cut-off ancestor is open, so it is not remembered.
@@ -523,7 +555,7 @@ class Search {
     auto simulated = simulate(state);
     if (auto* enter = std::get_if<std::vector<ResidencyAction>>(&simulated)) return {state, std::move(*enter)};
     const Shortfall shortfall = std::get<Shortfall>(std::move(simulated));
-    const std::vector<ResidencyEvictionCandidate> order = ordered(candidates(state, shortfall.location));
+    const std::vector<ResidencyEvictionCandidate> order = ordered(candidates(state, shortfall.location, {}));
     std::vector<std::string> failures;
     std::optional<std::pair<State, std::vector<ResidencyAction>>> found;
     for (std::size_t rank = 0; rank < order.size(); ++rank) {
@@ -539,7 +571,7 @@ class Search {
           return false;
         }
       };
-      reclaim_states(state, candidate, static_cast<std::int64_t>(rank), {}, attempt);
+      reclaim_states(state, candidate, static_cast<std::int64_t>(rank), {}, {}, attempt);
       if (found) return std::move(*found);
       if (!produced) failures.push_back(describe_candidate(candidate) + ": no legal drop or fallback transition");
     }
@@ -570,6 +602,10 @@ class Search {
   std::set<std::vector<std::int64_t>> open_requests_;
   std::set<std::vector<std::int64_t>> open_capacities_;
   std::int64_t cycles_cut_ = 0;
+  // Whether the search follows the reference's rules, and whether it met a
+  // choice where the complete rules differ.
+  bool reference_rules_ = true;
+  bool diverges_ = false;
   // Scratch for checking a policy's order: 1 + position of each offered
   // candidate by registration index, 0 when not offered.
   mutable std::vector<std::size_t> offered_;
