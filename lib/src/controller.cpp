@@ -152,11 +152,25 @@ namespace {
 
 // The request's handles against the manager's state, and its locations
 // against the manager's runtime, before any search.
+// Position in snapshot.values of every live handle.
+std::unordered_map<ResidencyHandle, std::size_t> live_index(const ResidencySnapshot& snapshot) {
+  std::unordered_map<ResidencyHandle, std::size_t> index;
+  index.reserve(snapshot.values.size());
+  for (std::size_t position = 0; position < snapshot.values.size(); ++position) {
+    if (!snapshot.values[position].discarded) index.emplace(snapshot.values[position].handle, position);
+  }
+  return index;
+}
+
 void validate_against(const ResidencyManager& manager, const ResidencySnapshot& snapshot,
-                      const ResidencyRequest& request) {
-  std::unordered_map<ResidencyHandle, const ResidencyValueSnapshot*> values;
-  values.reserve(snapshot.values.size());
-  for (const auto& value : snapshot.values) values.emplace(value.handle, &value);
+                      const std::unordered_map<ResidencyHandle, std::size_t>& index, const ResidencyRequest& request) {
+  const auto lookup = [&](const ResidencyHandle& handle) -> const ResidencyValueSnapshot* {
+    if (const auto found = index.find(handle); found != index.end()) return &snapshot.values[found->second];
+    for (const auto& value : snapshot.values) {  // discarded ones only: rare
+      if (value.discarded && value.handle == handle) return &value;
+    }
+    return nullptr;
+  };
   std::unordered_map<ResidencyHandle, std::vector<ResidencyLocation>> locations;
   const std::string prefix = "ResidencyRequest '" + request.name + "' ";
   for (const auto& requirement : request.requirements) {
@@ -165,11 +179,11 @@ void validate_against(const ResidencyManager& manager, const ResidencySnapshot& 
       throw ResidencyHandleError(prefix + "contains value '" + handle.handle_id + "' from another manager ('" +
                                  handle.manager_id + "')");
     }
-    const auto found = values.find(handle);
-    if (found == values.end()) {
+    const ResidencyValueSnapshot* value = lookup(handle);
+    if (value == nullptr) {
       throw ResidencyHandleError(prefix + "contains an unknown handle '" + handle.handle_id + "'");
     }
-    if (found->second->discarded) {
+    if (value->discarded) {
       throw ResidencyHandleError(prefix + "contains a discarded handle '" + handle.handle_id + "'");
     }
     manager.runtime()->check_location(requirement.location);
@@ -178,7 +192,8 @@ void validate_against(const ResidencyManager& manager, const ResidencySnapshot& 
   for (const auto& reservation : request.reservations) manager.runtime()->check_location(reservation.location);
   for (const auto& requirement : request.requirements) {
     const auto& at = locations[requirement.handle];
-    if (at.size() > 1 && values[requirement.handle]->spec.replica_mode == ReplicaMode::exclusive) {
+    if (at.size() > 1 &&
+        snapshot.values[index.at(requirement.handle)].spec.replica_mode == ReplicaMode::exclusive) {
       throw ResidencyOwnershipError(prefix + "requires EXCLUSIVE value '" + requirement.handle.handle_id +
                                     "' at several locations " + names(at) +
                                     "; an EXCLUSIVE value cannot be resident at more than one at once");
@@ -192,21 +207,9 @@ ResidencyDecision ResidencyController::decide(const ResidencyRequest& request) {
   request.validate();
   std::lock_guard lock(mutex_);
   const ResidencySnapshot snapshot = manager_->snapshot();
-  validate_against(*manager_, snapshot, request);
-  const detail::VictimSearchInput input{
-      snapshot,
-      request,
-      *policy_,
-      [this](const ResidencyHandle& handle) {
-        const auto found = metadata_.find(handle);
-        return found == metadata_.end() ? ResidencyPolicyMetadata{} : found->second;
-      },
-      [this](const ResidencyHandle& handle) -> std::optional<std::int64_t> {
-        const auto found = last_access_.find(handle);
-        if (found == last_access_.end()) return std::nullopt;
-        return found->second;
-      },
-      search_state_limit_};
+  const std::unordered_map<ResidencyHandle, std::size_t> index = live_index(snapshot);
+  validate_against(*manager_, snapshot, index, request);
+  const detail::VictimSearchInput input{snapshot, request, *policy_, index, metadata_, last_access_, search_state_limit_};
   detail::VictimSearchResult found = detail::search_victims(input);
   ResidencyPlan plan{request.name, std::move(found.enter), {}, request.reservations, std::move(found.reclaim)};
   ResidencyPlanExplanation explanation = manager_->explain(plan, snapshot.state_version);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <string_view>
 #include <tuple>
 
 namespace fhelium::residency {
@@ -79,15 +80,31 @@ std::vector<ResidencyLocation> DeterministicTieredLRU::fallback_locations(const 
 
 std::vector<ResidencyEvictionCandidate> DeterministicTieredLRU::order_candidates(
     std::vector<ResidencyEvictionCandidate> candidates) const {
-  const auto key = [](const ResidencyEvictionCandidate& candidate) {
-    const std::int64_t epoch = candidate.last_access_epoch.value_or(-1);
-    const auto& stable = candidate.metadata.stable_key;
-    return std::make_tuple(candidate.metadata.priority, epoch, stable ? 0 : 1,
-                           stable ? std::string_view(*stable) : std::string_view(), candidate.registration_index);
+  // Sort positions by key, then move each candidate once: candidates are
+  // heavy (a handle is three strings) and there may be one per resident value.
+  struct Key {
+    std::int64_t priority, epoch;
+    int keyless;
+    std::string_view stable_key;
+    std::int64_t registration_index;
+    std::size_t position;
   };
-  std::stable_sort(candidates.begin(), candidates.end(),
-                   [&](const auto& left, const auto& right) { return key(left) < key(right); });
-  return candidates;
+  std::vector<Key> keys;
+  keys.reserve(candidates.size());
+  for (std::size_t position = 0; position < candidates.size(); ++position) {
+    const ResidencyEvictionCandidate& candidate = candidates[position];
+    const auto& stable = candidate.metadata.stable_key;
+    keys.push_back({candidate.metadata.priority, candidate.last_access_epoch.value_or(-1), stable ? 0 : 1,
+                    stable ? std::string_view(*stable) : std::string_view(), candidate.registration_index, position});
+  }
+  std::stable_sort(keys.begin(), keys.end(), [](const Key& left, const Key& right) {
+    return std::tie(left.priority, left.epoch, left.keyless, left.stable_key, left.registration_index) <
+           std::tie(right.priority, right.epoch, right.keyless, right.stable_key, right.registration_index);
+  });
+  std::vector<ResidencyEvictionCandidate> ordered;
+  ordered.reserve(candidates.size());
+  for (const Key& key : keys) ordered.push_back(std::move(candidates[key.position]));
+  return ordered;
 }
 
 }  // namespace fhelium::residency

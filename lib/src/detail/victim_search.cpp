@@ -164,19 +164,28 @@ class Search {
         insert(base, {materialization.location, materialization.charged_nbytes, materialization.is_protected()});
       }
       if (!value.discarded) {
-        index_of_.emplace(value.handle, index);
         for (const auto& placement : base) by_location_[placement.location].push_back(index);
       }
-      entries_.push_back({&value, std::move(base), value.discarded ? ResidencyPolicyMetadata{} : input.metadata(value.handle),
-                          value.discarded ? std::nullopt : input.last_access_epoch(value.handle)});
+      entries_.push_back({&value, std::move(base), {}, std::nullopt});
     }
     for (const auto& location : input.snapshot.locations) {
       if (location.budget_bytes) budgets_.emplace(location.location, *location.budget_bytes);
       if (location.used_bytes != 0) initial_.used[location.location] = location.used_bytes;
       if (location.reserved_bytes != 0) initial_.reserved[location.location] = location.reserved_bytes;
     }
+    // The controller's facts are usually about few handles: walk them.
+    for (const auto& [handle, metadata] : input.metadata) {
+      if (const auto found = input.index.find(handle); found != input.index.end()) {
+        entries_[found->second].metadata = metadata;
+      }
+    }
+    for (const auto& [handle, epoch] : input.last_access_epoch) {
+      if (const auto found = input.index.find(handle); found != input.index.end()) {
+        entries_[found->second].last_access_epoch = epoch;
+      }
+    }
     for (const auto& requirement : input.request.requirements) {
-      required_.insert({index_of_.at(requirement.handle), requirement.location});
+      required_.insert({input.index.at(requirement.handle), requirement.location});
     }
     offered_.assign(entries_.size(), 0);
   }
@@ -299,7 +308,7 @@ class Search {
     }
     std::vector<ResidencyAction> actions;
     for (const auto& requirement : input_.request.requirements) {
-      const std::size_t value = index_of_.at(requirement.handle);
+      const std::size_t value = input_.index.at(requirement.handle);
       Placements& resident = current(value);
       const ResidencyLocation& destination = requirement.location;
       if (find(resident, destination) != nullptr) continue;
@@ -361,6 +370,7 @@ class Search {
     }
     std::sort(indices.begin(), indices.end());
     std::vector<ResidencyEvictionCandidate> result;
+    result.reserve(indices.size());
     for (const std::size_t value : indices) {
       const Placement* placement = find(placements(state, value), location);
       if (placement == nullptr || placement->is_protected) continue;
@@ -377,35 +387,49 @@ class Search {
   // The policy's order, values not required here before required ones.
   std::vector<ResidencyEvictionCandidate> ordered(std::vector<ResidencyEvictionCandidate> all) const {
     std::vector<ResidencyEvictionCandidate> ordinary, required;
+    ordinary.reserve(all.size());
     for (auto& candidate : all) {
       const bool is_required =
           required_.count({static_cast<std::size_t>(candidate.registration_index), candidate.location}) != 0;
       (is_required ? required : ordinary).push_back(std::move(candidate));
     }
     std::vector<ResidencyEvictionCandidate> result = ranked(std::move(ordinary));
-    for (auto& candidate : ranked(std::move(required))) result.push_back(std::move(candidate));
+    std::vector<ResidencyEvictionCandidate> last = ranked(std::move(required));
+    result.reserve(result.size() + last.size());
+    for (auto& candidate : last) result.push_back(std::move(candidate));
     return result;
   }
 
   std::vector<ResidencyEvictionCandidate> ranked(std::vector<ResidencyEvictionCandidate> group) const {
     if (group.empty()) return group;
-    // Registration indices are unique within one location's candidates.
-    for (std::size_t index = 0; index < group.size(); ++index) {
-      offered_[static_cast<std::size_t>(group[index].registration_index)] = index + 1;
+    const ResidencyLocation location = group.front().location;  // one location's candidates
+    std::vector<std::size_t> marked;
+    marked.reserve(group.size());
+    for (const auto& candidate : group) {
+      marked.push_back(static_cast<std::size_t>(candidate.registration_index));
+      offered_[marked.back()] = 1;
     }
-    std::vector<ResidencyEvictionCandidate> order = input_.policy.order_candidates(group);
-    bool permutation = order.size() == group.size();
+    std::vector<ResidencyEvictionCandidate> order = input_.policy.order_candidates(std::move(group));
+    // A permutation: each offered candidate once and unchanged, checked
+    // against the facts it was built from.
+    bool permutation = order.size() == marked.size();
     for (std::size_t index = 0; permutation && index < order.size(); ++index) {
-      const std::int64_t registration = order[index].registration_index;
-      permutation = registration >= 0 && static_cast<std::size_t>(registration) < offered_.size();
-      std::size_t& slot = permutation ? offered_[static_cast<std::size_t>(registration)] : offered_[0];
-      permutation = permutation && slot != 0 && group[slot - 1] == order[index];
-      if (permutation) slot = 0;  // each candidate once
+      const ResidencyEvictionCandidate& candidate = order[index];
+      const std::int64_t registration = candidate.registration_index;
+      permutation = registration >= 0 && static_cast<std::size_t>(registration) < offered_.size() &&
+                    offered_[static_cast<std::size_t>(registration)] == 1;
+      if (!permutation) break;
+      const auto value = static_cast<std::size_t>(registration);
+      offered_[value] = 2;  // seen once
+      const Entry& entry = entries_[value];
+      permutation = candidate.location == location && candidate.handle == entry.value->handle &&
+                    candidate.last_access_epoch == entry.last_access_epoch && candidate.metadata == entry.metadata;
     }
-    for (const auto& candidate : group) offered_[static_cast<std::size_t>(candidate.registration_index)] = 0;
+    for (const std::size_t value : marked) offered_[value] = 0;
     if (!permutation) {
       throw std::logic_error("residency policy '" + input_.policy.name() + "' must return every one of the " +
-                             std::to_string(group.size()) + " candidates it was given exactly once (it returned " +
+                             std::to_string(marked.size()) +
+                             " candidates it was given exactly once and unchanged (it returned " +
                              std::to_string(order.size()) + ", not a permutation of them)");
     }
     return order;
@@ -433,6 +457,9 @@ class Search {
     const ResidencyValueSnapshot& snapshot = *entries_[value].value;
     const std::int64_t charge = snapshot.spec.storage_nbytes;
     const Placements& resident = placements(state, value);
+    const Placement* released = find(resident, source);
+    if (released == nullptr) return false;
+    const std::int64_t released_nbytes = released->charged_nbytes;
     const bool alternatives = std::any_of(resident.begin(), resident.end(),
                                           [&](const Placement& placement) { return placement.location != source; });
     if (alternatives || snapshot.has_source) {
@@ -441,7 +468,7 @@ class Search {
       erase(remaining, source);
       set_placements(trial, value, std::move(remaining));
       add(trial.used, source, -charge);
-      trial.reclaim.push_back({value, std::nullopt, source, rank, candidate.charged_nbytes,
+      trial.reclaim.push_back({value, std::nullopt, source, rank, released_nbytes,
                                alternatives ? "another materialization preserves the value"
                                             : "its registered source can reconstruct the value"});
       if (yield(trial)) return true;
@@ -478,7 +505,7 @@ class Search {
         erase(moved, source);
         set_placements(trial, value, std::move(moved));
         add(trial.used, source, -charge);
-        trial.reclaim.push_back({value, destination, source, rank, candidate.charged_nbytes,
+        trial.reclaim.push_back({value, destination, source, rank, released_nbytes,
                                  "materialization moved to " + destination.name() +
                                      (requested ? ", where the request needs it"
                                                 : ", a fallback tier of " + source.name()) +
@@ -590,7 +617,6 @@ class Search {
 
   const VictimSearchInput& input_;
   std::vector<Entry> entries_;
-  std::unordered_map<ResidencyHandle, std::size_t> index_of_;
   std::map<ResidencyLocation, std::vector<std::size_t>> by_location_;
   std::map<ResidencyLocation, std::int64_t> budgets_;
   std::set<Endpoint> required_;
@@ -606,8 +632,8 @@ class Search {
   // choice where the complete rules differ.
   bool reference_rules_ = true;
   bool diverges_ = false;
-  // Scratch for checking a policy's order: 1 + position of each offered
-  // candidate by registration index, 0 when not offered.
+  // Scratch for checking a policy's order, by registration index: 0 not
+  // offered, 1 offered, 2 returned.
   mutable std::vector<std::size_t> offered_;
 };
 

@@ -10,7 +10,7 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
+#include <unordered_map>
 #include <optional>
 #include <vector>
 
@@ -26,9 +26,11 @@ struct VictimSearchInput {
   const ResidencySnapshot& snapshot;
   const ResidencyRequest& request;
   const ResidencyPolicy& policy;
-  // Controller-owned facts about a handle, looked up while ranking victims.
-  std::function<ResidencyPolicyMetadata(const ResidencyHandle&)> metadata;
-  std::function<std::optional<std::int64_t>(const ResidencyHandle&)> last_access_epoch;
+  // Position in snapshot.values of every live (not discarded) handle.
+  const std::unordered_map<ResidencyHandle, std::size_t>& index;
+  // Controller-owned facts about handles (absent: defaults / never used).
+  const std::unordered_map<ResidencyHandle, ResidencyPolicyMetadata>& metadata;
+  const std::unordered_map<ResidencyHandle, std::int64_t>& last_access_epoch;
   std::int64_t state_limit;
 };
 
