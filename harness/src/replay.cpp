@@ -67,6 +67,11 @@ struct Classified {
   std::optional<std::string> phase;
   std::optional<std::int64_t> failed_index;
   std::optional<std::int64_t> committed;
+  std::optional<ResidencyAction> failed_action;
+  std::optional<std::string> failed_reservation;  // label
+  std::optional<ResidencyLocation> budget_location;
+  std::optional<std::int64_t> budget_bytes, used_bytes, reserved_bytes, requested_bytes;
+  std::optional<std::uint64_t> stale_expected, stale_actual;
 };
 
 bool is_injected(const std::exception& error) {
@@ -91,6 +96,28 @@ Classified classify(const std::exception_ptr& error) {
     result.phase = to_string(e.phase());
     result.failed_index = e.failed_action_index() ? e.failed_action_index() : e.failed_reservation_index();
     result.committed = static_cast<std::int64_t>(e.partial_report().transitions.size());
+    result.failed_action = e.failed_action();
+    if (e.failed_reservation()) result.failed_reservation = e.failed_reservation()->label;
+    // A budget error that made the plan fail is reported with its numbers too.
+    try {
+      e.rethrow_cause();
+    } catch (const ResidencyBudgetError& cause) {
+      result.budget_location = cause.location();
+      result.budget_bytes = cause.budget_bytes();
+      result.used_bytes = cause.used_bytes();
+      result.reserved_bytes = cause.reserved_bytes();
+      result.requested_bytes = cause.requested_bytes();
+    } catch (...) {
+    }
+  } catch (const ResidencyBudgetError& e) {
+    result.budget_location = e.location();
+    result.budget_bytes = e.budget_bytes();
+    result.used_bytes = e.used_bytes();
+    result.reserved_bytes = e.reserved_bytes();
+    result.requested_bytes = e.requested_bytes();
+  } catch (const ResidencyStaleStateError& e) {
+    result.stale_expected = e.expected_version();
+    result.stale_actual = e.actual_version();
   } catch (...) {
   }
   try {
@@ -119,6 +146,7 @@ struct Outcome {
   std::optional<std::int64_t> committed;
   std::optional<ResidencyPlanExplanation> explanation;
   std::optional<ResidencyDecision> decision;
+  std::optional<std::vector<ResidencyTransitionReport>> reports;  // the step's transition report(s)
 };
 
 class Replayer {
@@ -267,9 +295,23 @@ class Replayer {
     return faults_->upstream()->copy_to(value, location, std::nullopt);
   }
 
+  // Whether another value declares that it aliases `name`'s storage.
+  bool aliased(const std::string& name) const {
+    return std::any_of(scenario_.values.begin(), scenario_.values.end(),
+                       [&](const ValueDecl& value) { return value.aliases && *value.aliases == name; });
+  }
+
   void create(const ValueDecl& decl) {
     if (!decl.source) {
-      handles_[decl.name] = manager_->adopt(placed(expected_value(decl, decl.elements), decl.at), decl.at, decl.mode);
+      if (decl.aliases) {
+        // The other value's own storage: the manager must refuse to own it twice.
+        record_fault("alias:" + decl.name, "adopt", 1, "adopt shares the storage of '" + *decl.aliases + "'");
+        handles_[decl.name] = manager_->adopt(adopted_.at(*decl.aliases), decl.at, decl.mode);
+        return;
+      }
+      ResidentValue value = placed(expected_value(decl, decl.elements), decl.at);
+      if (aliased(decl.name)) adopted_.insert_or_assign(decl.name, value);
+      handles_[decl.name] = manager_->adopt(std::move(value), decl.at, decl.mode);
       return;
     }
     const std::int64_t charge = decl.elements * c10::elementSize(scalar_type(decl.dtype));
@@ -290,6 +332,10 @@ class Replayer {
       // (ResidencyReentrancyError), and that refusal ends the load.
       record_fault(rule, "load", count, "load " + std::to_string(count) + " of '" + decl.name + "' re-enters the manager");
       manager_->snapshot();
+    }
+    if (decl.aliases) {
+      record_fault(rule, "load", count, "load returns the storage of '" + *decl.aliases + "'");
+      return adopted_.at(*decl.aliases);
     }
     if (decl.wrong) {
       record_fault(rule, "load", count, "load returns a value of the wrong " + *decl.wrong);
@@ -319,6 +365,13 @@ class Replayer {
     if (found != handles_.end()) return found->second;
     // Not created yet: a handle the manager has never issued.
     return ResidencyHandle{manager_->manager_id(), "unregistered-" + value, scenario_.find_value(value)->type_name};
+  }
+
+  // The step's handle: its value's, or one the scenario writes out.
+  ResidencyHandle step_handle(const Step& step) const {
+    if (!step.handle) return handle(step.value);
+    return ResidencyHandle{step.handle->foreign ? std::string("foreign-manager") : manager_->manager_id(),
+                           step.handle->id, step.handle->type_name};
   }
 
   static c10::Stream stream(const StreamRef& ref) {
@@ -391,6 +444,8 @@ class Replayer {
   void run_step(std::size_t index, const Step& step) {
     current_step_ = index;
     const std::size_t faults_before = result_.faults.size() + faults_->fired().size() - fired_seen_;
+    const std::optional<std::uint64_t> version_before =
+        last_snapshot_ ? std::optional(last_snapshot_->state_version) : std::nullopt;
     std::optional<ResidencyPlanExplanation> preflight;
     const auto peaks_before = last_peaks_;
     // The controller decides from a fresh snapshot (which reaps completed
@@ -434,6 +489,7 @@ class Replayer {
     if (preflight && snapshot != nullptr) check_preflight(index, step, *preflight, outcome, faults_fired, peaks_before, *snapshot);
     if (before && snapshot != nullptr) check_controller(index, step, *before, outcome, *snapshot);
     check_snapshot_expectations(index, step, snapshot);
+    check_state_expectations(index, step, snapshot, version_before);
     if (!step.remember_version.empty()) {
       if (snapshot == nullptr) fail(index, step, "remember_version needs an open manager");
       remembered_[step.remember_version] = snapshot->state_version;
@@ -449,6 +505,7 @@ class Replayer {
 
   Outcome transition(const ResidencyTransitionReport& report) {
     Outcome outcome;
+    outcome.reports = std::vector<ResidencyTransitionReport>{report};
     outcome.no_op = report.no_op;
     outcome.source = report.source;
     outcome.destination = report.destination;
@@ -469,13 +526,13 @@ class Replayer {
         return outcome;
       case StepKind::ensure:
       case StepKind::copy:
-        return transition(manager_->ensure(handle(step.value), *step.location, stream_arg()));
+        return transition(manager_->ensure(step_handle(step), *step.location, stream_arg()));
       case StepKind::move:
-        return transition(manager_->move(handle(step.value), *step.location, step.from, stream_arg()));
+        return transition(manager_->move(step_handle(step), *step.location, step.from, stream_arg()));
       case StepKind::drop:
-        return transition(manager_->drop(handle(step.value), *step.location));
+        return transition(manager_->drop(step_handle(step), *step.location));
       case StepKind::discard:
-        return transition(manager_->discard(handle(step.value)));
+        return transition(manager_->discard(step_handle(step)));
       case StepKind::execute: {
         const auto list = actions(step.actions);
         try {
@@ -485,6 +542,7 @@ class Replayer {
         const ResidencyPlanReport report =
             manager_->execute_actions(list, step.plan, transfer_streams(step), expected_version(step));
         outcome.committed = static_cast<std::int64_t>(report.transitions.size());
+        outcome.reports = report.transitions;
         return outcome;
       }
       case StepKind::explain: {
@@ -513,7 +571,10 @@ class Replayer {
       case StepKind::scope_close: {
         const auto report = scopes_.at(step.name).close();
         outcome.no_op = !report.has_value();
-        if (report) outcome.committed = static_cast<std::int64_t>(report->transitions.size());
+        if (report) {
+          outcome.committed = static_cast<std::int64_t>(report->transitions.size());
+          outcome.reports = report->transitions;
+        }
         return outcome;
       }
       case StepKind::acquire: {
@@ -550,6 +611,7 @@ class Replayer {
         reservations_.insert_or_assign(step.name, manager_->reserve(*step.location, step.bytes, step.label));
         return outcome;
       case StepKind::snapshot:
+        manager_->snapshot();  // after close this is the manager's closed error
         return outcome;
       case StepKind::close:
         manager_->close(step.wait, step.force);
@@ -617,7 +679,10 @@ class Replayer {
         }
         const auto report = found->second.close();
         outcome.no_op = !report.has_value();
-        if (report) outcome.committed = static_cast<std::int64_t>(report->transitions.size());
+        if (report) {
+          outcome.committed = static_cast<std::int64_t>(report->transitions.size());
+          outcome.reports = report->transitions;
+        }
         return outcome;
       }
       case StepKind::set_policy_metadata:
@@ -718,7 +783,12 @@ class Replayer {
       compare(index, step, "phase", expect.phase, outcome.error->phase);
       compare(index, step, "failed_index", expect.failed_index, outcome.error->failed_index);
       compare(index, step, "committed transitions", expect.committed, outcome.error->committed);
+      check_error_fields(index, step, *outcome.error);
       return;
+    }
+    if (expect.budget_error || expect.stale_expected || expect.stale_actual || expect.failed_action ||
+        expect.failed_reservation) {
+      fail(index, step, "budget_error, stale, failed_action and failed_reservation apply only to failing steps");
     }
     if (expected_error != "none" && expected_error != "maybe") {
       fail(index, step, "expected error " + expected_error + ", but the step succeeded");
@@ -738,6 +808,7 @@ class Replayer {
     }
     compare(index, step, "committed transitions", expect.committed, outcome.committed);
     check_decision_expectations(index, step, outcome);
+    check_report_expectations(index, step, outcome);
     if (outcome.explanation) {
       if (expect.feasible && *expect.feasible != outcome.explanation->feasible) {
         fail(index, step, std::string("expected the plan to be ") + (*expect.feasible ? "feasible" : "infeasible") +
@@ -782,15 +853,235 @@ class Replayer {
     compare(index, step, "explored states", expect.explored_states, std::optional(decision.explored_states));
   }
 
-  // Handle ids in a message replaced by the scenario's value names.
-  std::string named(std::string text) const {
-    for (const auto& [name, handle] : handles_) {
-      const std::string id = " " + handle.handle_id + " ";
-      for (auto at = text.find(id); at != std::string::npos; at = text.find(id, at + name.size() + 2)) {
-        text.replace(at, id.size(), " " + name + " ");
+  // Handle ids in a description replaced by the scenario's value names,
+  // word by word ("move 3 auto -> cuda:0" -> "move w auto -> cuda:0").
+  std::string named(const std::string& text) const {
+    std::map<std::string, std::string> names;
+    for (const auto& [name, handle] : handles_) names[handle.handle_id] = name;
+    std::string result, word;
+    const auto flush = [&] {
+      std::string tail;
+      while (!word.empty() && (word.back() == ',' || word.back() == ']')) {
+        tail.insert(tail.begin(), word.back());
+        word.pop_back();
+      }
+      const auto found = names.find(word);
+      result += (found == names.end() ? word : found->second) + tail;
+      word.clear();
+    };
+    for (const char c : text) {
+      if (c == ' ' || c == '[') {
+        flush();
+        result += c;
+      } else {
+        word += c;
       }
     }
-    return text;
+    flush();
+    return result;
+  }
+
+  std::string described(const ResidencyAction& action) const { return named(describe(action)); }
+
+  void check_error_fields(std::size_t index, const Step& step, const Classified& error) {
+    const Expectation& expect = step.expect;
+    if (expect.budget_error) {
+      const BudgetErrorExpect& want = *expect.budget_error;
+      if (!error.budget_location) fail(index, step, "expected a budget error's numbers, got a " + error.kind + " error");
+      if (want.location && *want.location != *error.budget_location) {
+        fail(index, step, "expected the budget error at " + want.location->name() + ", got " +
+                              error.budget_location->name());
+      }
+      compare_bytes(index, step, "budget error budget", want.budget, error.budget_bytes);
+      compare_bytes(index, step, "budget error used bytes", want.used, error.used_bytes);
+      compare_bytes(index, step, "budget error reserved bytes", want.reserved, error.reserved_bytes);
+      compare_bytes(index, step, "budget error requested bytes", want.requested, error.requested_bytes);
+    }
+    const auto version = [&](const char* what, const std::optional<std::uint64_t>& want,
+                             const std::optional<std::uint64_t>& got) {
+      if (!want) return;
+      if (!got) fail(index, step, std::string("expected a stale error's ") + what + " version, got a " + error.kind + " error");
+      if (*want != *got) {
+        fail(index, step, std::string("expected the stale error's ") + what + " version " + std::to_string(*want) +
+                              ", got " + std::to_string(*got));
+      }
+    };
+    version("expected", expect.stale_expected, error.stale_expected);
+    version("actual", expect.stale_actual, error.stale_actual);
+    if (expect.failed_action) {
+      if (!error.failed_action) fail(index, step, "expected a failed action, the error names none");
+      if (described(*error.failed_action) != *expect.failed_action) {
+        fail(index, step, "expected failed action '" + *expect.failed_action + "', got '" +
+                              described(*error.failed_action) + "'");
+      }
+    }
+    if (expect.failed_reservation) {
+      if (!error.failed_reservation) fail(index, step, "expected a failed reservation, the error names none");
+      if (*error.failed_reservation != *expect.failed_reservation) {
+        fail(index, step, "expected failed reservation '" + *expect.failed_reservation + "', got '" +
+                              *error.failed_reservation + "'");
+      }
+    }
+  }
+
+  static bool reason_matches(const std::optional<std::string>& want, const std::optional<std::string>& got) {
+    if (!want) return true;
+    if (*want == "none") return !got;
+    return got && got->find(*want) != std::string::npos;
+  }
+
+  void check_report_expectations(std::size_t index, const Step& step, const Outcome& outcome) {
+    const Expectation& expect = step.expect;
+    if (expect.transitions) {
+      if (!outcome.reports) {
+        fail(index, step, "transitions apply to steps that return transition reports (primitives, execute, "
+                          "scope_close, end_use)");
+      }
+      const auto& reports = *outcome.reports;
+      std::string listed;
+      for (const auto& report : reports) listed += (listed.empty() ? "" : ", ") + described(report.action);
+      if (reports.size() != expect.transitions->size()) {
+        fail(index, step, "expected " + std::to_string(expect.transitions->size()) + " transition(s), got " +
+                              std::to_string(reports.size()) + ": [" + listed + "]");
+      }
+      for (std::size_t i = 0; i < reports.size(); ++i) {
+        const TransitionExpect& want = (*expect.transitions)[i];
+        const ResidencyTransitionReport& got = reports[i];
+        const std::string at = "transition " + std::to_string(i) + " (" + described(got.action) + ")";
+        if (want.action && *want.action != described(got.action)) {
+          fail(index, step, "expected " + at + " to be '" + *want.action + "'");
+        }
+        if (want.no_op && *want.no_op != got.no_op) fail(index, step, "expected " + at + " no_op " + (*want.no_op ? "true" : "false"));
+        if (want.source && *want.source != got.source) {
+          fail(index, step, "expected " + at + " source " + name_of(*want.source) + ", got " + name_of(got.source));
+        }
+        if (want.destination && *want.destination != got.destination) {
+          fail(index, step, "expected " + at + " destination " + name_of(*want.destination) + ", got " +
+                                name_of(got.destination));
+        }
+        compare_bytes(index, step, at + " logical bytes", want.logical_bytes, std::optional(got.logical_nbytes));
+        compare_bytes(index, step, at + " storage bytes", want.storage_bytes, std::optional(got.storage_nbytes));
+        if (want.allocator_device) {
+          const std::optional<ResidencyLocation>& device = *want.allocator_device;
+          const bool same = device ? got.allocator_device && *got.allocator_device == device->device()
+                                   : !got.allocator_device.has_value();
+          if (!same) {
+            fail(index, step, "expected " + at + " to sample the allocator of " + name_of(device) + ", got " +
+                                  (got.allocator_device ? got.allocator_device->str() : std::string("none")));
+          }
+        }
+        if (!reason_matches(want.reason, got.reason)) {
+          fail(index, step, "expected " + at + " reason '" + *want.reason + "', got '" + got.reason.value_or("none") + "'");
+        }
+      }
+    }
+    if (expect.explanation) {
+      if (!outcome.explanation) fail(index, step, "explanation applies only to explain steps");
+      const auto& actions = outcome.explanation->actions;
+      if (actions.size() != expect.explanation->size()) {
+        fail(index, step, "expected " + std::to_string(expect.explanation->size()) + " explained action(s), got " +
+                              std::to_string(actions.size()));
+      }
+      for (std::size_t i = 0; i < actions.size(); ++i) {
+        const ExplanationExpect& want = (*expect.explanation)[i];
+        const ResidencyActionExplanation& got = actions[i];
+        const std::string at = "explained action " + std::to_string(i) + " (" + described(got.action) + ")";
+        if (want.action && *want.action != described(got.action)) {
+          fail(index, step, "expected " + at + " to be '" + *want.action + "'");
+        }
+        if (want.executable && *want.executable != got.executable) {
+          fail(index, step, "expected " + at + " executable " + (*want.executable ? "true" : "false"));
+        }
+        if (want.no_op && *want.no_op != got.no_op) fail(index, step, "expected " + at + " no_op " + (*want.no_op ? "true" : "false"));
+        if (want.source && *want.source != got.source) {
+          fail(index, step, "expected " + at + " source " + name_of(*want.source) + ", got " + name_of(got.source));
+        }
+        if (want.destination && *want.destination != got.destination) {
+          fail(index, step, "expected " + at + " destination " + name_of(*want.destination) + ", got " +
+                                name_of(got.destination));
+        }
+        compare_bytes(index, step, at + " logical bytes", want.logical_bytes, std::optional(got.logical_nbytes));
+        compare_bytes(index, step, at + " storage bytes", want.storage_bytes, std::optional(got.storage_nbytes));
+        if (!reason_matches(want.reason, got.reason)) {
+          fail(index, step, "expected " + at + " reason '" + *want.reason + "', got '" + got.reason.value_or("none") + "'");
+        }
+      }
+    }
+  }
+
+  void check_state_expectations(std::size_t index, const Step& step, const ResidencySnapshot* snapshot,
+                                const std::optional<std::uint64_t>& version_before) {
+    const Expectation& expect = step.expect;
+    const bool wanted = expect.state_version || expect.version_delta || expect.trace || !expect.facts.empty() ||
+                        !expect.unregistered.empty();
+    if (!wanted) return;
+    if (snapshot == nullptr) fail(index, step, "state expectations need an open manager");
+    if (expect.state_version && *expect.state_version != snapshot->state_version) {
+      fail(index, step, "expected state_version " + std::to_string(*expect.state_version) + ", got " +
+                            std::to_string(snapshot->state_version));
+    }
+    if (expect.version_delta) {
+      if (!version_before) fail(index, step, "version_delta needs a state before the step");
+      const auto delta = static_cast<std::int64_t>(snapshot->state_version - *version_before);
+      if (delta != *expect.version_delta) {
+        fail(index, step, "expected the step to change state_version by " + std::to_string(*expect.version_delta) +
+                              ", it changed by " + std::to_string(delta) + " (" + std::to_string(*version_before) +
+                              " -> " + std::to_string(snapshot->state_version) + ")");
+      }
+    }
+    if (expect.trace) {
+      std::vector<std::string> got;
+      for (const auto& entry : step_transitions_) got.push_back(named(entry));
+      if (got != *expect.trace) {
+        std::string listed;
+        for (const auto& entry : got) listed += (listed.empty() ? "" : ", ") + entry;
+        fail(index, step, "expected the trace [" + [&] {
+          std::string want;
+          for (const auto& entry : *expect.trace) want += (want.empty() ? "" : ", ") + entry;
+          return want;
+        }() + "], got [" + listed + "]");
+      }
+    }
+    for (const auto& [value, want] : expect.facts) {
+      const ResidencyValueSnapshot* entry = snapshot->value(handle(value));
+      if (entry == nullptr) fail(index, step, "expected value '" + value + "' in the snapshot");
+      const std::string of = " of value '" + value + "'";
+      if (want.has_source && *want.has_source != entry->has_source) {
+        fail(index, step, "expected has_source " + std::string(*want.has_source ? "true" : "false") + of);
+      }
+      if (want.source_at && *want.source_at != entry->source_location) {
+        fail(index, step, "expected source location " + name_of(*want.source_at) + of + ", got " +
+                              name_of(entry->source_location));
+      }
+      if (want.type && *want.type != entry->spec.value_type) {
+        fail(index, step, "expected type " + *want.type + of + ", got " + entry->spec.value_type);
+      }
+      if (want.mode && *want.mode != to_string(entry->spec.replica_mode)) {
+        fail(index, step, "expected mode " + *want.mode + of + ", got " + std::string(to_string(entry->spec.replica_mode)));
+      }
+      if (want.recoverability && *want.recoverability != to_string(entry->spec.recoverability)) {
+        fail(index, step, "expected recoverability " + *want.recoverability + of + ", got " +
+                              std::string(to_string(entry->spec.recoverability)));
+      }
+      compare_bytes(index, step, "logical bytes" + of, want.logical_bytes, std::optional(entry->spec.logical_nbytes));
+      compare_bytes(index, step, "storage bytes" + of, want.storage_bytes, std::optional(entry->spec.storage_nbytes));
+      for (const auto& [location, facts] : want.at) {
+        const MaterializationSnapshot* item = entry->at(location);
+        if (item == nullptr) fail(index, step, "expected value '" + value + "' materialized at " + location.name());
+        const std::string here = of + " at " + location.name();
+        compare_bytes(index, step, "charged bytes" + here, facts.charged, std::optional(item->charged_nbytes));
+        compare_bytes(index, step, "logical bytes" + here, facts.logical, std::optional(item->logical_nbytes));
+        compare_bytes(index, step, "storage bytes" + here, facts.storage, std::optional(item->storage_nbytes));
+        compare(index, step, "use count" + here, facts.uses, std::optional(item->use_count));
+        compare(index, step, "hold count" + here, facts.holds, std::optional(item->hold_count));
+        compare(index, step, "pending event count" + here, facts.pending, std::optional(item->pending_event_count));
+      }
+    }
+    for (const auto& location : expect.unregistered) {
+      if (snapshot->location(location) != nullptr) {
+        fail(index, step, "expected location " + location.name() + " not to be registered");
+      }
+    }
   }
 
   template <class T>
@@ -1002,6 +1293,8 @@ class Replayer {
   std::map<std::string, ResidencyUse> uses_;
   std::map<std::string, std::uint64_t> remembered_;
   std::map<std::string, std::int64_t> loads_;
+  // Adopted values whose storage another value aliases (kept to hand out).
+  std::map<std::string, ResidentValue> adopted_;
   InvariantChecker checker_;
   std::optional<ResidencySnapshot> last_snapshot_;
   std::map<ResidencyLocation, std::int64_t> last_peaks_;

@@ -481,7 +481,7 @@ class ScenarioParser {
       const YAML::Node spec = entry.second;
       reader_.require_keys(spec, what,
                            {"type", "elements", "bytes", "dtype", "mode", "adopt_at", "source_at", "deferred",
-                            "fail_on_load", "reenter_on_load", "wrong"});
+                            "fail_on_load", "reenter_on_load", "wrong", "aliases"});
       if (spec["adopt_at"].IsDefined() == spec["source_at"].IsDefined()) {
         reader_.fail(spec, what + " needs exactly one of 'adopt_at' and 'source_at'");
       }
@@ -555,6 +555,19 @@ class ScenarioParser {
       value.wrong = reader_.text(spec["wrong"], what + " wrong");
       if (*value.wrong != "size" && *value.wrong != "type" && *value.wrong != "location") {
         reader_.fail(spec["wrong"], what + " wrong must be size, type or location");
+      }
+    }
+    if (spec["aliases"]) {
+      // Shares the storage of an adopted value at the same location: the
+      // manager must refuse it (ownership), whether adopted or loaded.
+      value.aliases = value_ref(spec["aliases"], what + " aliases");
+      const ValueDecl& other = *scenario_.find_value(*value.aliases);
+      if (other.source || other.deferred || other.at != value.at) {
+        reader_.fail(spec["aliases"], what + " aliases must name a value adopted at start at the same location (" +
+                                          value.at.name() + ")");
+      }
+      if (!value.source && !value.deferred) {
+        reader_.fail(spec["aliases"], what + ": an aliasing adopted value must be deferred, so a step expects the refusal");
       }
     }
   }
@@ -692,7 +705,9 @@ class ScenarioParser {
                          {"error", "message", "injected", "no_op", "source", "destination", "reason", "phase",
                           "failed_index", "committed", "feasible", "predicted_peak", "locations", "resident",
                           "discarded", "faults_fired", "diagnostics", "reclaim", "enter", "evictions",
-                          "explored_states"});
+                          "explored_states", "state_version", "version_delta", "trace", "transitions",
+                          "explanation", "facts", "unregistered", "budget_error", "stale", "failed_action",
+                          "failed_reservation"});
     Expectation expect;
     if (node["error"]) {
       expect.error = reader_.text(node["error"], what + " error");
@@ -757,7 +772,162 @@ class ScenarioParser {
     if (node["explored_states"]) {
       expect.explored_states = reader_.count(node["explored_states"], what + " explored_states");
     }
+    parse_state_expect(node, what, expect);
     return expect;
+  }
+
+  // Optional reason text: "none" expects no reason at all.
+  void reason_key(const YAML::Node& node, const std::string& what, std::optional<std::string>& field) {
+    if (node["reason"]) field = reader_.text(node["reason"], what + " reason");
+  }
+
+  void parse_state_expect(const YAML::Node& node, const std::string& what, Expectation& expect) {
+    if (node["state_version"]) {
+      expect.state_version = static_cast<std::uint64_t>(reader_.count(node["state_version"], what + " state_version"));
+    }
+    if (node["version_delta"]) expect.version_delta = reader_.count(node["version_delta"], what + " version_delta");
+    if (node["trace"]) expect.trace = reader_.names(node["trace"], what + " trace");
+    if (const YAML::Node list = node["transitions"]) {
+      if (!list.IsSequence()) reader_.fail(list, what + " transitions must be a list");
+      expect.transitions.emplace();
+      for (const auto& item : list) {
+        const std::string context = what + " transition";
+        reader_.require_keys(item, context, {"action", "no_op", "source", "destination", "logical_bytes",
+                                             "storage_bytes", "allocator_device", "reason"});
+        TransitionExpect entry;
+        if (item["action"]) entry.action = reader_.text(item["action"], context + " action");
+        if (item["no_op"]) entry.no_op = reader_.boolean(item["no_op"], context + " no_op");
+        if (item["source"]) entry.source = reader_.optional_location(item["source"], context + " source");
+        if (item["destination"]) {
+          entry.destination = reader_.optional_location(item["destination"], context + " destination");
+        }
+        if (item["logical_bytes"]) entry.logical_bytes = reader_.size(item["logical_bytes"], context + " logical_bytes");
+        if (item["storage_bytes"]) entry.storage_bytes = reader_.size(item["storage_bytes"], context + " storage_bytes");
+        if (item["allocator_device"]) {
+          entry.allocator_device = reader_.optional_location(item["allocator_device"], context + " allocator_device");
+        }
+        reason_key(item, context, entry.reason);
+        expect.transitions->push_back(std::move(entry));
+      }
+    }
+    if (const YAML::Node list = node["explanation"]) {
+      if (!list.IsSequence()) reader_.fail(list, what + " explanation must be a list, one entry per action");
+      expect.explanation.emplace();
+      for (const auto& item : list) {
+        const std::string context = what + " explanation";
+        reader_.require_keys(item, context, {"action", "executable", "no_op", "source", "destination",
+                                             "logical_bytes", "storage_bytes", "reason"});
+        ExplanationExpect entry;
+        if (item["action"]) entry.action = reader_.text(item["action"], context + " action");
+        if (item["executable"]) entry.executable = reader_.boolean(item["executable"], context + " executable");
+        if (item["no_op"]) entry.no_op = reader_.boolean(item["no_op"], context + " no_op");
+        if (item["source"]) entry.source = reader_.optional_location(item["source"], context + " source");
+        if (item["destination"]) {
+          entry.destination = reader_.optional_location(item["destination"], context + " destination");
+        }
+        if (item["logical_bytes"]) entry.logical_bytes = reader_.size(item["logical_bytes"], context + " logical_bytes");
+        if (item["storage_bytes"]) entry.storage_bytes = reader_.size(item["storage_bytes"], context + " storage_bytes");
+        reason_key(item, context, entry.reason);
+        expect.explanation->push_back(std::move(entry));
+      }
+    }
+    if (const YAML::Node facts = node["facts"]) {
+      reader_.require_map(facts, what + " facts");
+      for (const auto& entry : facts) {
+        const std::string value = value_ref(entry.first, what + " facts key");
+        const std::string context = what + " facts of '" + value + "'";
+        const YAML::Node item = entry.second;
+        reader_.require_keys(item, context, {"has_source", "source_at", "type", "mode", "recoverability",
+                                             "logical_bytes", "storage_bytes", "at"});
+        ValueFactsExpect fact;
+        if (item["has_source"]) fact.has_source = reader_.boolean(item["has_source"], context + " has_source");
+        if (item["source_at"]) fact.source_at = reader_.optional_location(item["source_at"], context + " source_at");
+        if (item["type"]) fact.type = reader_.text(item["type"], context + " type");
+        if (item["mode"]) fact.mode = reader_.text(item["mode"], context + " mode");
+        if (item["recoverability"]) fact.recoverability = reader_.text(item["recoverability"], context + " recoverability");
+        if (item["logical_bytes"]) fact.logical_bytes = reader_.size(item["logical_bytes"], context + " logical_bytes");
+        if (item["storage_bytes"]) fact.storage_bytes = reader_.size(item["storage_bytes"], context + " storage_bytes");
+        if (const YAML::Node at = item["at"]) {
+          reader_.require_map(at, context + " at");
+          for (const auto& place : at) {
+            const ResidencyLocation location = reader_.location(place.first, context + " at key");
+            const std::string here = context + " at " + location.name();
+            reader_.require_keys(place.second, here, {"charged", "logical", "storage", "uses", "holds", "pending"});
+            MaterializationExpect facts_here;
+            const auto size = [&](const char* key, std::optional<std::int64_t>& field) {
+              if (place.second[key]) field = reader_.size(place.second[key], here + " " + key);
+            };
+            const auto number = [&](const char* key, std::optional<std::int64_t>& field) {
+              if (place.second[key]) field = reader_.count(place.second[key], here + " " + key);
+            };
+            size("charged", facts_here.charged);
+            size("logical", facts_here.logical);
+            size("storage", facts_here.storage);
+            number("uses", facts_here.uses);
+            number("holds", facts_here.holds);
+            number("pending", facts_here.pending);
+            fact.at[location] = facts_here;
+          }
+        }
+        expect.facts[value] = std::move(fact);
+      }
+    }
+    if (const YAML::Node list = node["unregistered"]) {
+      if (!list.IsSequence()) reader_.fail(list, what + " unregistered must be a list of locations");
+      for (const auto& item : list) expect.unregistered.push_back(reader_.location(item, what + " unregistered"));
+    }
+    if (const YAML::Node budget = node["budget_error"]) {
+      const std::string context = what + " budget_error";
+      reader_.require_keys(budget, context, {"location", "budget", "used", "reserved", "requested"});
+      BudgetErrorExpect entry;
+      if (budget["location"]) entry.location = reader_.location(budget["location"], context + " location");
+      const auto size = [&](const char* key, std::optional<std::int64_t>& field) {
+        if (budget[key]) field = reader_.size(budget[key], context + " " + key);
+      };
+      size("budget", entry.budget);
+      size("used", entry.used);
+      size("reserved", entry.reserved);
+      size("requested", entry.requested);
+      expect.budget_error = entry;
+    }
+    if (const YAML::Node stale = node["stale"]) {
+      reader_.require_keys(stale, what + " stale", {"expected", "actual"});
+      if (stale["expected"]) {
+        expect.stale_expected = static_cast<std::uint64_t>(reader_.count(stale["expected"], what + " stale expected"));
+      }
+      if (stale["actual"]) {
+        expect.stale_actual = static_cast<std::uint64_t>(reader_.count(stale["actual"], what + " stale actual"));
+      }
+    }
+    if (node["failed_action"]) expect.failed_action = reader_.text(node["failed_action"], what + " failed_action");
+    if (node["failed_reservation"]) {
+      expect.failed_reservation = reader_.text(node["failed_reservation"], what + " failed_reservation");
+    }
+  }
+
+  // `value: NAME`, or `handle: {id, manager: this|foreign, type}` to pass a
+  // handle the scenario writes out (malformed, unknown or foreign).
+  void value_or_handle(const YAML::Node& args, const std::string& what, Step& step) {
+    if (args["value"].IsDefined() == args["handle"].IsDefined()) {
+      reader_.fail(args, what + " needs exactly one of 'value' and 'handle'");
+    }
+    if (args["value"]) {
+      step.value = value_ref(args["value"], what + " value");
+      return;
+    }
+    const YAML::Node node = args["handle"];
+    reader_.require_keys(node, what + " handle", {"id", "manager", "type"});
+    HandleSpec handle;
+    handle.id = reader_.text(reader_.required(node, "id", what + " handle"), what + " handle id");
+    if (node["manager"]) {
+      const std::string manager = reader_.text(node["manager"], what + " handle manager");
+      if (manager != "this" && manager != "foreign") {
+        reader_.fail(node["manager"], what + " handle manager must be this or foreign");
+      }
+      handle.foreign = manager == "foreign";
+    }
+    if (node["type"]) handle.type_name = reader_.text(node["type"], what + " handle type");
+    step.handle = handle;
   }
 
   void define_lifetime(const YAML::Node& node, const std::string& kind, const std::string& what, Step& step) {
@@ -832,7 +1002,7 @@ class ScenarioParser {
       case StepKind::adopt:
       case StepKind::register_source: {
         reader_.require_keys(args, what, {"value", "bytes", "elements", "dtype", "type", "mode", "at", "fail_on_load",
-                                          "reenter_on_load", "wrong"});
+                                          "reenter_on_load", "wrong", "aliases"});
         if (args.size() > 1) declare_inline(args, step.kind == StepKind::register_source, what);
         step.value = value_ref(reader_.required(args, "value", what), what + " value");
         const ValueDecl& value = *scenario_.find_value(step.value);
@@ -845,26 +1015,26 @@ class ScenarioParser {
       }
       case StepKind::ensure:
       case StepKind::copy:
-        reader_.require_keys(args, what, {"value", "at", "stream"});
-        step.value = value_ref(reader_.required(args, "value", what), what + " value");
+        reader_.require_keys(args, what, {"value", "handle", "at", "stream"});
+        value_or_handle(args, what, step);
         step.location = reader_.location(reader_.required(args, "at", what), what + " at");
         if (args["stream"]) step.stream = reader_.stream(args["stream"], what + " stream");
         break;
       case StepKind::move:
-        reader_.require_keys(args, what, {"value", "to", "from", "stream"});
-        step.value = value_ref(reader_.required(args, "value", what), what + " value");
+        reader_.require_keys(args, what, {"value", "handle", "to", "from", "stream"});
+        value_or_handle(args, what, step);
         step.location = reader_.location(reader_.required(args, "to", what), what + " to");
         if (args["from"]) step.from = reader_.location(args["from"], what + " from");
         if (args["stream"]) step.stream = reader_.stream(args["stream"], what + " stream");
         break;
       case StepKind::drop:
-        reader_.require_keys(args, what, {"value", "at"});
-        step.value = value_ref(reader_.required(args, "value", what), what + " value");
+        reader_.require_keys(args, what, {"value", "handle", "at"});
+        value_or_handle(args, what, step);
         step.location = reader_.location(reader_.required(args, "at", what), what + " at");
         break;
       case StepKind::discard:
-        reader_.require_keys(args, what, {"value"});
-        step.value = value_ref(reader_.required(args, "value", what), what + " value");
+        reader_.require_keys(args, what, {"value", "handle"});
+        value_or_handle(args, what, step);
         break;
       case StepKind::execute:
         reader_.require_keys(args, what, {"name", "actions", "expected_version", "streams"});
@@ -963,7 +1133,14 @@ class ScenarioParser {
       case StepKind::reserve:
         reader_.require_keys(args, what, {"at", "bytes", "label", "as"});
         step.location = reader_.location(reader_.required(args, "at", what), what + " at");
-        step.bytes = reader_.size(reader_.required(args, "bytes", what), what + " bytes");
+        {
+          // A negative count is passed through, so a scenario can test that
+          // the manager refuses it (expect an invalid_argument error).
+          const YAML::Node bytes = reader_.required(args, "bytes", what);
+          const std::string text = reader_.text(bytes, what + " bytes");
+          step.bytes = !text.empty() && text[0] == '-' ? reader_.integer(bytes, what + " bytes")
+                                                       : reader_.size(bytes, what + " bytes");
+        }
         step.label = reader_.text(reader_.required(args, "label", what), what + " label");
         define_lifetime(args, "reservation", what, step);
         break;

@@ -132,6 +132,26 @@ TEST(RegisterSource, LoadingAtTheDestinationChargesOnce) {
   EXPECT_EQ(host.remaining_budget_bytes, 0);
 }
 
+// A load that returns storage another value already owns is refused, also
+// when the loaded value would only be copied from (the copy is fresh, but its
+// bytes would be the other value's).
+TEST(RegisterSource, LoadsThatAliasManagedStorageAreRefusedEvenWhenOnlyCopied) {
+  auto fixture = make_fixture();
+  ResidencyManager& manager = *fixture.manager;
+  const ResidentValue owned = make_value(64, 2.0f);
+  const ResidencyHandle owner = manager.adopt(owned);
+  const ResidencyHandle echo =
+      manager.register_source(blob_spec(64, ReplicaMode::replicable), [owned] { return owned; });
+  for (const ResidencyLocation& at : {PAGEABLE_HOST, PINNED_HOST}) {
+    const std::uint64_t version = manager.state_version();
+    EXPECT_THROW(manager.ensure(echo, at), ResidencyOwnershipError) << at.name();
+    EXPECT_TRUE(resident_at(manager, echo).empty());
+    EXPECT_EQ(location_state(manager, PAGEABLE_HOST).reserved_bytes, 0);
+    EXPECT_EQ(manager.state_version(), version);
+  }
+  EXPECT_EQ(resident_at(manager, owner), std::vector<ResidencyLocation>{PAGEABLE_HOST});
+}
+
 TEST(RegisterSource, RejectsMustPreserveAndNullSources) {
   auto fixture = make_fixture();
   EXPECT_THROW(fixture.manager->register_source(

@@ -293,6 +293,10 @@ TransferSource ManagerCore::resolve_transfer_source_locked(ValueRecord& record) 
     loaded = record.source->load();
   }
   validate_materialization_locked(record.spec, *loaded, location);
+  // A load must return fresh storage: one that aliases a managed
+  // materialization would hand another value's bytes to this one, even when
+  // only copied from (the copy itself is fresh).
+  values_.check_unaliased(runtime_->storage_keys(*loaded));
   release.dismiss();
   return TransferSource{location, std::move(*loaded), true};
 }

@@ -38,6 +38,7 @@ struct ValueDecl {
   std::optional<std::int64_t> fail_on_load;           // source: the Nth load throws
   std::optional<std::int64_t> reenter_on_load;        // source: the Nth load calls the manager back
   std::optional<std::string> wrong;                   // source returns a wrong "size", "type" or "location"
+  std::optional<std::string> aliases;                 // adopts / loads the storage of this other value
   int line = 0;
 };
 
@@ -76,6 +77,46 @@ struct LocationExpect {
   std::optional<std::int64_t> values, reservations, uses, holds, pending;
 };
 
+// One transition report of a step (a primitive's, or each of a plan's).
+// Unset fields are not checked; locations may be expected absent.
+struct TransitionExpect {
+  std::optional<std::string> action;  // described with value names: "move w pinned-host -> cuda:0"
+  std::optional<bool> no_op;
+  std::optional<std::optional<ResidencyLocation>> source, destination;
+  std::optional<std::int64_t> logical_bytes, storage_bytes;
+  std::optional<std::optional<ResidencyLocation>> allocator_device;  // the CUDA device sampled, or none
+  std::optional<std::string> reason;  // substring; "none" = no reason
+};
+
+// One action's explanation.
+struct ExplanationExpect {
+  std::optional<std::string> action;
+  std::optional<bool> executable, no_op;
+  std::optional<std::optional<ResidencyLocation>> source, destination;
+  std::optional<std::int64_t> logical_bytes, storage_bytes;
+  std::optional<std::string> reason;  // substring; "none" = no reason
+};
+
+// One materialization's facts.
+struct MaterializationExpect {
+  std::optional<std::int64_t> charged, logical, storage, uses, holds, pending;
+};
+
+// One value's facts in the snapshot after the step.
+struct ValueFactsExpect {
+  std::optional<bool> has_source;
+  std::optional<std::optional<ResidencyLocation>> source_at;
+  std::optional<std::string> type, mode, recoverability;
+  std::optional<std::int64_t> logical_bytes, storage_bytes;
+  std::map<ResidencyLocation, MaterializationExpect> at;
+};
+
+// A budget error's numbers.
+struct BudgetErrorExpect {
+  std::optional<ResidencyLocation> location;
+  std::optional<std::int64_t> budget, used, reserved, requested;
+};
+
 struct Expectation {
   std::optional<std::string> error;           // error kind, "none", "any" (must fail) or "maybe"
   std::optional<std::string> message;         // substring of the error message
@@ -99,6 +140,27 @@ struct Expectation {
   std::optional<std::vector<ActionDecl>> enter;    // enter actions, exactly
   std::optional<std::int64_t> evictions;           // number of evictions
   std::optional<std::int64_t> explored_states;     // search states explored, exactly
+  // State and reports.
+  std::optional<std::uint64_t> state_version;      // after the step
+  std::optional<std::int64_t> version_delta;       // after the step minus before it
+  std::optional<std::vector<std::string>> trace;   // the manager's trace after the step, described
+  std::optional<std::vector<TransitionExpect>> transitions;
+  std::optional<std::vector<ExplanationExpect>> explanation;
+  std::map<std::string, ValueFactsExpect> facts;
+  std::vector<ResidencyLocation> unregistered;     // locations the snapshot must not list
+  // Error fields.
+  std::optional<BudgetErrorExpect> budget_error;
+  std::optional<std::uint64_t> stale_expected, stale_actual;
+  std::optional<std::string> failed_action;        // described with value names
+  std::optional<std::string> failed_reservation;   // label
+};
+
+// A handle written out instead of a value name, to test bad input: `id`
+// (blank = malformed), the issuing manager (`this` or `foreign`) and type.
+struct HandleSpec {
+  std::string id;
+  bool foreign = false;
+  std::string type_name = "Tensor";
 };
 
 enum class StepKind {
@@ -112,6 +174,7 @@ struct Step {
   StepKind kind = StepKind::snapshot;
   int line = 0;
   std::string value;                        // adopt, register_source, ensure, copy, move, drop, discard
+  std::optional<HandleSpec> handle;         // ensure, copy, move, drop, discard: instead of `value`
   std::vector<std::string> values;          // acquire, hold, verify
   std::optional<ResidencyLocation> location;  // at / to
   std::optional<ResidencyLocation> from;
