@@ -299,12 +299,12 @@ struct ReleaseLease : Command {
   }
   void apply(Model& model) const override {
     model.release_lease(id, wait);
+    if (abandon) model.diagnostics += 1;
     model.reap();
   }
   void run(const Model& before, System& system) const override {
     Model after = before;
-    after.release_lease(id, wait);
-    after.reap();
+    apply(after);
     const std::string step = abandon ? "abandon: {lease: " + system.lifetime_names.at(id) + "}"
                                      : "release: {lease: " + system.lifetime_names.at(id) +
                                            (wait ? ", wait: true" : "") + "}";
@@ -357,10 +357,13 @@ struct ReleaseHold : Command {
     return ids;
   }())) {}
   void checkPreconditions(const Model& model) const override { RC_PRE(model.holds.count(id) == 1); }
-  void apply(Model& model) const override { model.release_hold(id); }
+  void apply(Model& model) const override {
+    model.release_hold(id);
+    if (abandon) model.diagnostics += 1;
+  }
   void run(const Model& before, System& system) const override {
     Model after = before;
-    after.release_hold(id);
+    apply(after);
     after.reap();
     verify(system, std::string(abandon ? "abandon" : "release") + ": {hold: " + system.lifetime_names.at(id) + "}",
            "ok", after, [&] {
@@ -408,10 +411,13 @@ struct ReleaseReservation : Command {
     return ids;
   }())) {}
   void checkPreconditions(const Model& model) const override { RC_PRE(model.reservations.count(id) == 1); }
-  void apply(Model& model) const override { model.release_reservation(id); }
+  void apply(Model& model) const override {
+    model.release_reservation(id);
+    if (abandon) model.diagnostics += 1;
+  }
   void run(const Model& before, System& system) const override {
     Model after = before;
-    after.release_reservation(id);
+    apply(after);
     after.reap();
     verify(system,
            std::string(abandon ? "abandon" : "release") + ": {reservation: " + system.lifetime_names.at(id) + "}",
@@ -479,6 +485,48 @@ struct ArmFault : Command {
     verify(system, step, "ok", after, [&] { system.faults->add_rule(rule); });
   }
   void show(std::ostream& os) const override { os << "arm " << (copy ? "copy" : "record_event") << " fault"; }
+};
+
+// Failing event queries: armed, every query fails until disarmed, so no
+// pending lease is released by observation (protection stays, explain counts
+// it protected) while a release with wait still completes its lease.
+struct ToggleQueryFaults : Command {
+  // Disarming lets the check's own snapshot release what completed meanwhile.
+  void apply(Model& model) const override {
+    model.query_faults_armed = !model.query_faults_armed;
+    model.reap();
+  }
+  void run(const Model& before, System& system) const override {
+    Model after = before;
+    apply(after);
+    if (after.query_faults_armed) {
+      harness::FaultRule rule;
+      rule.name = "failing-queries";
+      rule.operation = harness::FaultOperation::query_event;
+      rule.every = 1;
+      verify(system, "arm: {name: failing-queries, operation: query_event, every: 1}", "ok", after,
+             [&] { system.faults->add_rule(rule); });
+    } else {
+      verify(system, "disarm: {name: failing-queries}", "ok", after,
+             [&] { system.faults->remove_rule("failing-queries"); });
+    }
+  }
+  void show(std::ostream& os) const override { os << "toggle failing event queries"; }
+};
+
+// The diagnostic sink misbehaves: it throws, or calls the manager back. The
+// manager must record every diagnostic anyway, refuse the re-entrant call,
+// and leave exactly the state the model predicts (the model ignores the sink).
+struct SetSinkMode : Command {
+  System::SinkMode mode = *rc::gen::element(System::SinkMode::quiet, System::SinkMode::throws,
+                                            System::SinkMode::reenters);
+  void apply(Model&) const override {}
+  void run(const Model& before, System& system) const override {
+    system.sink_mode = mode;
+    system.log(std::string("snapshot: {}  # diagnostic sink now ") + System::to_string(mode), "ok");
+    system.check_against(before);
+  }
+  void show(std::ostream& os) const override { os << "diagnostic sink " << System::to_string(mode); }
 };
 
 std::vector<Primitive> primitives_gen(const Model& model) {
@@ -729,7 +777,8 @@ struct Scope : Command {
 auto commands() {
   return rc::state::gen::execOneOfWithArgs<Adopt, Adopt, RegisterSource, RunPrimitive, RunPrimitive, RunPrimitive,
                                            Acquire, ReleaseLease, ReleaseLease, Hold, ReleaseHold, Reserve,
-                                           ReleaseReservation, Work, Advance, ArmFault, Execute, Explain, Scope>();
+                                           ReleaseReservation, Work, Advance, ArmFault, ToggleQueryFaults, SetSinkMode,
+                                           Execute, Explain, Scope>();
 }
 
 // Totals over every generated case, printed at the end of the run (the soak

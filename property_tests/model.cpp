@@ -303,6 +303,7 @@ std::string Model::release_lease(std::size_t id, bool wait) {
   if (record_fault_armed) {
     // Recording failed: the consumer stream is synchronized instead.
     record_fault_armed = false;
+    diagnostics += 1;
     now_ns = tail;
     leases.erase(found);
     return "ok";
@@ -311,7 +312,12 @@ std::string Model::release_lease(std::size_t id, bool wait) {
   lease.pending = true;
   lease.completes_at_ns = tail;
   if (wait) {
+    // Waiting synchronizes this lease's events, then releases it: proof
+    // that needs no query, so failing queries do not keep it.
     now_ns = std::max(now_ns, tail);
+    for (const std::size_t value : lease.values) values[value].pending[lease.location] -= 1;
+    leases.erase(found);
+    version += 1;
     reap();
   }
   return "ok";
@@ -364,6 +370,7 @@ void Model::work(int device, std::int64_t ns, int stream) {
 void Model::advance(std::int64_t ns) { now_ns += ns; }
 
 void Model::reap() {
+  if (query_faults_armed) return;  // every query fails: nothing is proven complete
   for (auto it = leases.begin(); it != leases.end();) {
     ModelLease& lease = it->second;
     if (lease.pending && lease.completes_at_ns <= now_ns) {

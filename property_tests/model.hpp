@@ -96,6 +96,12 @@ struct Model {
   PredictedReport report;
   bool copy_fault_armed = false;     // the next runtime copy fails (once)
   bool record_fault_armed = false;   // the next event record fails (once)
+  // Every event query fails while armed: no pending lease is released by
+  // observation, and explain counts them protected. Waits still complete.
+  bool query_faults_armed = false;
+  // Diagnostics the manager records (abandoned lifetimes, event-record
+  // fallbacks); each one calls the diagnostic sink once.
+  std::int64_t diagnostics = 0;
 
   Model();
 

@@ -1,5 +1,7 @@
 #include "system.hpp"
 
+#include <stdexcept>
+
 #include "fhelium/harness/error_kind.hpp"
 
 #include <ATen/ops/arange.h>
@@ -19,7 +21,29 @@ System::System()
   ManagerOptions options;
   options.budgets = budgets();
   options.runtime = faults;
+  options.diagnostic_sink = [this](const std::string&) {
+    ++sink_calls;
+    if (sink_mode == SinkMode::throws) throw std::runtime_error("diagnostic sink failed");
+    if (sink_mode == SinkMode::reenters) {
+      try {
+        manager->snapshot();
+        ++sink_reentries_accepted;
+      } catch (const ResidencyReentrancyError&) {
+        ++sink_reentries_refused;
+        throw;  // the manager must absorb this too
+      }
+    }
+  };
   manager = std::make_unique<ResidencyManager>(std::move(options));
+}
+
+const char* System::to_string(SinkMode mode) {
+  switch (mode) {
+    case SinkMode::quiet: return "records quietly";
+    case SinkMode::throws: return "throws";
+    case SinkMode::reenters: return "re-enters the manager";
+  }
+  return "?";
 }
 
 ResidencyHandle System::handle(std::size_t value) const {
@@ -111,6 +135,13 @@ std::string join(const std::vector<ResidencyLocation>& locations) {
 
 void System::check_against(const Model& model) {
   const ResidencySnapshot snapshot = manager->snapshot();
+  // Every diagnostic is recorded and reaches the sink once, whatever the sink does.
+  const auto recorded = static_cast<std::int64_t>(manager->diagnostics().size());
+  if (recorded != std::min<std::int64_t>(model.diagnostics, 256) || sink_calls != model.diagnostics) {
+    fail("diagnostics: manager recorded " + std::to_string(recorded) + " and called the sink " +
+         std::to_string(sink_calls) + " times, model predicts " + std::to_string(model.diagnostics));
+  }
+  if (sink_reentries_accepted != 0) fail("a diagnostic sink's call back into the manager was accepted");
   if (snapshot.state_version != model.version) {
     fail("state_version " + std::to_string(snapshot.state_version) + ", model predicts exactly " +
          std::to_string(model.version));

@@ -22,6 +22,17 @@ namespace fhelium::property {
 
 struct System {
   System();
+  System(const System&) = delete;
+  System& operator=(const System&) = delete;
+
+  // How the manager's diagnostic sink behaves: records quietly, throws, or
+  // calls the manager back (which the manager must refuse).
+  enum class SinkMode { quiet, throws, reenters };
+  static const char* to_string(SinkMode mode);
+  SinkMode sink_mode = SinkMode::quiet;
+  std::int64_t sink_calls = 0;
+  std::int64_t sink_reentries_refused = 0;
+  std::int64_t sink_reentries_accepted = 0;
 
   std::shared_ptr<harness::SimulatedRuntime> simulated;
   std::shared_ptr<harness::FaultInjectingRuntime> faults;
