@@ -1,5 +1,7 @@
 #include "fhelium/harness/fault_injecting_runtime.hpp"
 
+#include <algorithm>
+
 #include <c10/util/Exception.h>
 
 #include <chrono>
@@ -48,7 +50,7 @@ std::optional<ResidencyLocation> stream_location(const c10::Stream& stream) {
 
 const char* const operation_names[] = {"copy",      "record_event",       "query_event",
                                        "synchronize_event", "synchronize_stream", "allocator_stats"};
-const char* const effect_names[] = {"fail", "delay", "never_complete"};
+const char* const effect_names[] = {"fail", "delay", "never_complete", "alias"};
 
 }  // namespace
 
@@ -65,10 +67,10 @@ FaultOperation parse_fault_operation(const std::string& text) {
 }
 
 FaultEffect parse_fault_effect(const std::string& text) {
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < 4; ++i) {
     if (text == effect_names[i]) return static_cast<FaultEffect>(i);
   }
-  throw std::invalid_argument("unknown fault effect '" + text + "': expected fail, delay or never_complete");
+  throw std::invalid_argument("unknown fault effect '" + text + "': expected fail, delay, never_complete or alias");
 }
 
 void FaultRule::validate() const {
@@ -80,7 +82,11 @@ void FaultRule::validate() const {
   if (every && *every < 1) throw invalid("every must be at least 1");
   if (probability && !(*probability >= 0.0 && *probability <= 1.0)) throw invalid("probability must be in [0, 1]");
   if (max_fires && *max_fires < 0) throw invalid("max_fires must be non-negative");
-  if (effect != FaultEffect::fail && operation != FaultOperation::record_event) {
+  if (effect == FaultEffect::alias && operation != FaultOperation::copy) {
+    throw invalid("effect alias applies only to copy");
+  }
+  if ((effect == FaultEffect::delay || effect == FaultEffect::never_complete) &&
+      operation != FaultOperation::record_event) {
     throw invalid(std::string("effect ") + to_string(effect) + " applies only to record_event");
   }
   if (effect == FaultEffect::delay && delay_ns <= 0) throw invalid("a delay needs a positive delay_ns");
@@ -152,9 +158,26 @@ residency::ResidentValue FaultInjectingRuntime::do_copy_to(const residency::Resi
   const std::string detail = "copy of " + std::to_string(value.logical_nbytes()) + " bytes to " + destination.name();
   if (const auto rule = select(FaultOperation::copy, destination, stream ? std::optional(stream->id()) : std::nullopt,
                                detail)) {
+    if (rule->effect == FaultEffect::alias) {
+      std::lock_guard lock(mutex_);
+      const auto previous = last_copy_.find(destination);
+      if (previous != last_copy_.end()) return previous->second;  // storage someone may already own
+      throw InjectedOutOfMemoryError(rule->name, "injected alias (rule '" + rule->name + "') found no earlier copy "
+                                     "to " + destination.name() + " to alias: " + detail);
+    }
     throw InjectedOutOfMemoryError(rule->name, "injected allocation failure (rule '" + rule->name + "'): " + detail);
   }
-  return upstream_->copy_to(value, destination, stream);
+  residency::ResidentValue copy = upstream_->copy_to(value, destination, stream);
+  std::lock_guard lock(mutex_);
+  const bool aliasing = std::any_of(rules_.begin(), rules_.end(), [](const RuleState& state) {
+    return state.rule.effect == FaultEffect::alias;
+  });
+  if (aliasing) {
+    last_copy_.insert_or_assign(destination, copy);
+  } else {
+    last_copy_.clear();
+  }
+  return copy;
 }
 
 std::optional<ResidencyLocation> FaultInjectingRuntime::do_locate(const residency::ResidentValue& value) const {

@@ -34,6 +34,28 @@ struct FaultFixture : ::testing::Test {
   }
 };
 
+// A copy that hands back storage another materialization owns is refused:
+// the value gains nothing, the owner keeps its bytes, no charge is taken.
+TEST_F(FaultFixture, CopiesThatAliasOwnedStorageAreRefused) {
+  const ResidencyHandle owner = manager.adopt(make_value(64, 1.0f), std::nullopt, ReplicaMode::replicable);
+  const ResidencyHandle other = manager.adopt(make_value(64, 2.0f), std::nullopt, ReplicaMode::replicable);
+  FaultRule alias = rule("alias", FaultOperation::copy);
+  alias.effect = FaultEffect::alias;
+  alias.nth = 2;
+  faults->add_rule(alias);
+  manager.ensure(owner, CUDA0);
+  EXPECT_THROW(manager.ensure(other, CUDA0), ResidencyOwnershipError);
+  EXPECT_EQ(resident_at(manager, other), std::vector<ResidencyLocation>{PAGEABLE_HOST});
+  EXPECT_EQ(location_state(manager, CUDA0).used_bytes, 256);
+  ResidencyLease lease = manager.acquire({owner}, CUDA0, simulated->stream(0, 1));
+  EXPECT_TRUE(same_contents(lease.value(owner), make_value(64, 1.0f)));
+  lease.release(true);
+  EXPECT_EQ(faults->fired().size(), 1u);
+  FaultRule misplaced = rule("misplaced", FaultOperation::record_event);
+  misplaced.effect = FaultEffect::alias;
+  EXPECT_THROW(faults->add_rule(misplaced), std::invalid_argument);
+}
+
 TEST_F(FaultFixture, FailedCopiesChangeNothingVisibleAndKeepTheirType) {
   const ResidencyHandle value = manager.adopt(make_value(64));
   const ResidencyHandle lazy = manager.register_source(

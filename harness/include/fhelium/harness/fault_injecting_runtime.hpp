@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <random>
@@ -31,6 +32,8 @@ enum class FaultEffect {
   fail,            // the call throws
   delay,           // record_event only: the event completes delay_ns after it would have
   never_complete,  // record_event only: the event never completes; waits on it throw
+  alias,           // copy only: returns the storage of this runtime's previous copy to the same
+                   // location (remembered while an alias rule is armed), or fails when there is none
 };
 
 const char* to_string(FaultOperation operation) noexcept;
@@ -125,6 +128,8 @@ class FaultInjectingRuntime final : public residency::DeviceRuntime {
   std::vector<RuleState> rules_;
   std::vector<FiredFault> fired_;
   std::mt19937_64 random_;
+  // While an alias rule is armed: the last copy made to each location.
+  std::map<ResidencyLocation, residency::ResidentValue> last_copy_;
 };
 
 }  // namespace fhelium::harness
