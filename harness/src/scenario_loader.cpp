@@ -189,7 +189,72 @@ class Reader {
 
   std::string text(const YAML::Node& node, const std::string& what) const {
     if (!node.IsScalar()) fail(node, what + " must be a scalar");
-    return node.Scalar();
+    return substitute(node, node.Scalar());
+  }
+
+  // Repetition: while a `repeat` block is read, `${name}` (and, for integer
+  // bindings, `${name+K}` / `${name-K}`) in any scalar is replaced by the
+  // current binding; the innermost binding of a name wins.
+  void bind(const std::string& name, std::string value) const { bindings_.emplace_back(name, std::move(value)); }
+  void unbind() const { bindings_.pop_back(); }
+
+  // `$name` (a bound name, letters, digits and underscores) works anywhere,
+  // also inside flow collections; `${expression}` needs quotes there, as YAML
+  // reads its braces.
+  std::string substitute(const YAML::Node& node, const std::string& raw) const {
+    // Outside repeat blocks text is taken as written (a description may say "${x}").
+    if (bindings_.empty() || raw.find('$') == std::string::npos) return raw;
+    const auto identifier = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+    std::string result;
+    std::size_t at = 0;
+    while (at < raw.size()) {
+      const std::size_t dollar = raw.find('$', at);
+      if (dollar == std::string::npos) break;
+      result += raw.substr(at, dollar - at);
+      if (dollar + 1 < raw.size() && raw[dollar + 1] == '{') {
+        const std::size_t close = raw.find('}', dollar);
+        if (close == std::string::npos) fail(node, "unterminated '${' in '" + raw + "'");
+        result += expand(node, raw.substr(dollar + 2, close - dollar - 2), raw);
+        at = close + 1;
+        continue;
+      }
+      std::size_t end = dollar + 1;
+      while (end < raw.size() && identifier(raw[end])) ++end;
+      const std::string name = raw.substr(dollar + 1, end - dollar - 1);
+      const bool bound = !name.empty() && std::any_of(bindings_.begin(), bindings_.end(),
+                                                      [&](const auto& binding) { return binding.first == name; });
+      result += bound ? expand(node, name, raw) : raw.substr(dollar, end - dollar);
+      at = end;
+    }
+    return result + raw.substr(std::min(at, raw.size()));
+  }
+
+  std::string expand(const YAML::Node& node, std::string expression, const std::string& raw) const {
+    expression.erase(std::remove(expression.begin(), expression.end(), ' '), expression.end());
+    std::size_t op = expression.find_first_of("+-");
+    const std::string name = expression.substr(0, op);
+    const std::string* value = nullptr;
+    for (auto it = bindings_.rbegin(); it != bindings_.rend() && value == nullptr; ++it) {
+      if (it->first == name) value = &it->second;
+    }
+    if (value == nullptr) {
+      std::vector<std::string> bound;
+      for (const auto& [bound_name, bound_value] : bindings_) bound.push_back(bound_name);
+      fail(node, "'${" + expression + "}' in '" + raw + "' names no repetition variable in scope" +
+                     did_you_mean(name, bound));
+    }
+    if (op == std::string::npos) return *value;
+    try {
+      std::size_t used = 0;
+      const long long base = std::stoll(*value, &used);
+      if (used != value->size()) throw std::invalid_argument(*value);
+      const long long offset = std::stoll(expression.substr(op + 1), &used);
+      if (used != expression.size() - op - 1) throw std::invalid_argument(expression);
+      return std::to_string(expression[op] == '+' ? base + offset : base - offset);
+    } catch (const std::logic_error&) {
+      fail(node, "'${" + expression + "}' needs an integer binding of '" + name + "' and an integer offset (got '" +
+                     *value + "')");
+    }
   }
 
   std::string name(const YAML::Node& node, const std::string& what) const {
@@ -313,6 +378,7 @@ class Reader {
   std::string file_;
   mutable std::optional<int> cuda_devices_;
   mutable bool in_step_ = false;
+  mutable std::vector<std::pair<std::string, std::string>> bindings_;
   mutable std::optional<std::pair<YAML::Node, std::string>> missing_device_;
 };
 
@@ -379,13 +445,71 @@ class ScenarioParser {
     if (root["plans"]) parse_plans(root["plans"]);
     const YAML::Node steps = reader_.required(root, "steps", "scenario");
     if (!steps.IsSequence()) reader_.fail(steps, "steps must be a list");
-    const auto step_count = static_cast<std::int64_t>(steps.size());
-    if (step_count > scenario_.limits.steps) {
-      reader_.fail(steps, "the scenario has " + std::to_string(step_count) + " steps, over the limit of " +
-                              std::to_string(scenario_.limits.steps) + " (raise it with limits: {steps: N})");
-    }
-    for (const auto& step : steps) scenario_.steps.push_back(parse_step(step));
+    parse_steps(steps);
     check_value_bytes(root);
+  }
+
+  // `repeat: {for: NAME, in: [A, B, ...]}` or `{for: NAME, range: N}` /
+  // `{for: NAME, range: [START, STOP]}` (STOP excluded): runs `body` once per
+  // binding of NAME, innermost bindings shadowing outer ones.
+  template <class Body>
+  void repeat(const YAML::Node& spec, const std::string& what, Body&& body) {
+    reader_.require_keys(spec, what, {"for", "in", "range"});
+    const std::string name = reader_.name(reader_.required(spec, "for", what), what + " for");
+    if (!std::all_of(name.begin(), name.end(), [](unsigned char c) { return std::isalnum(c) || c == '_'; })) {
+      reader_.fail(spec["for"], what + " variable '" + name + "' must be letters, digits and underscores");
+    }
+    if (spec["in"].IsDefined() == spec["range"].IsDefined()) {
+      reader_.fail(spec, what + " needs exactly one of 'in' (a list) and 'range' (N or [START, STOP])");
+    }
+    std::vector<std::string> values;
+    if (const YAML::Node list = spec["in"]) {
+      if (!list.IsSequence()) reader_.fail(list, what + " in must be a list");
+      for (const auto& item : list) values.push_back(reader_.text(item, what + " in"));
+    } else {
+      const YAML::Node range = spec["range"];
+      std::int64_t start = 0, stop = 0;
+      if (range.IsSequence()) {
+        if (range.size() != 2) reader_.fail(range, what + " range must be N or [START, STOP]");
+        start = reader_.integer(range[0], what + " range start");
+        stop = reader_.integer(range[1], what + " range stop");
+      } else {
+        stop = reader_.count(range, what + " range");
+      }
+      if (stop < start) reader_.fail(range, what + " range stops before it starts");
+      if (stop - start > scenario_.limits.steps) {
+        reader_.fail(range, what + " range has " + std::to_string(stop - start) + " entries, over the step limit of " +
+                                std::to_string(scenario_.limits.steps) + " (raise it with limits: {steps: N})");
+      }
+      for (std::int64_t value = start; value < stop; ++value) values.push_back(std::to_string(value));
+    }
+    for (const auto& value : values) {
+      reader_.bind(name, value);
+      try {
+        body();
+      } catch (...) {
+        reader_.unbind();
+        throw;
+      }
+      reader_.unbind();
+    }
+  }
+
+  void parse_steps(const YAML::Node& steps) {
+    for (const auto& step : steps) {
+      if (step.IsMap() && step["repeat"]) {
+        reader_.require_keys(step, "repeated steps", {"repeat", "steps"});
+        const YAML::Node body = reader_.required(step, "steps", "repeated steps");
+        if (!body.IsSequence()) reader_.fail(body, "repeated steps must be a list");
+        repeat(step["repeat"], "steps repeat", [&] { parse_steps(body); });
+        continue;
+      }
+      if (static_cast<std::int64_t>(scenario_.steps.size()) >= scenario_.limits.steps) {
+        reader_.fail(step, "the scenario has more than " + std::to_string(scenario_.limits.steps) +
+                               " steps, the limit (raise it with limits: {steps: N})");
+      }
+      scenario_.steps.push_back(parse_step(step));
+    }
   }
 
  private:
@@ -473,6 +597,17 @@ class ScenarioParser {
   void parse_values(const YAML::Node& node) {
     reader_.require_map(node, "values");
     for (const auto& entry : node) {
+      if (entry.second.IsMap() && entry.second["repeat"]) {
+        repeat(entry.second["repeat"], "value '" + entry.first.Scalar() + "' repeat", [&] { parse_value(entry); });
+      } else {
+        parse_value(entry);
+      }
+    }
+  }
+
+  template <class Entry>
+  void parse_value(const Entry& entry) {
+    {
       ValueDecl value;
       value.name = reader_.name(entry.first, "value name");
       value.line = line_of(entry.first);
@@ -481,7 +616,7 @@ class ScenarioParser {
       const YAML::Node spec = entry.second;
       reader_.require_keys(spec, what,
                            {"type", "elements", "bytes", "dtype", "mode", "adopt_at", "source_at", "deferred",
-                            "fail_on_load", "reenter_on_load", "wrong", "aliases"});
+                            "fail_on_load", "reenter_on_load", "wrong", "aliases", "repeat"});
       if (spec["adopt_at"].IsDefined() == spec["source_at"].IsDefined()) {
         reader_.fail(spec, what + " needs exactly one of 'adopt_at' and 'source_at'");
       }
@@ -657,12 +792,23 @@ class ScenarioParser {
   void parse_plans(const YAML::Node& node) {
     reader_.require_map(node, "plans");
     for (const auto& entry : node) {
+      if (entry.second.IsMap() && entry.second["repeat"]) {
+        repeat(entry.second["repeat"], "plan '" + entry.first.Scalar() + "' repeat", [&] { parse_plan(entry); });
+      } else {
+        parse_plan(entry);
+      }
+    }
+  }
+
+  template <class Entry>
+  void parse_plan(const Entry& entry) {
+    {
       PlanDecl plan;
       plan.name = reader_.name(entry.first, "plan name");
       plan.line = line_of(entry.first);
       const std::string what = "plan '" + plan.name + "'";
       if (scenario_.find_plan(plan.name) != nullptr) reader_.fail(entry.first, "duplicate " + what);
-      reader_.require_keys(entry.second, what, {"reclaim", "reservations", "enter", "exit"});
+      reader_.require_keys(entry.second, what, {"reclaim", "reservations", "enter", "exit", "repeat"});
       if (entry.second["reclaim"]) plan.reclaim = parse_actions(entry.second["reclaim"], what + " reclaim");
       if (entry.second["enter"]) plan.enter = parse_actions(entry.second["enter"], what + " enter");
       if (entry.second["exit"]) plan.exit = parse_actions(entry.second["exit"], what + " exit");
@@ -986,7 +1132,7 @@ class ScenarioParser {
       if (key == "expect" || key == "remember_version") continue;
       const auto found = step_kinds().find(key);
       if (found == step_kinds().end()) {
-        std::vector<std::string> names{"expect", "remember_version"};
+        std::vector<std::string> names{"expect", "remember_version", "repeat"};
         for (const auto& [name, kind] : step_kinds()) names.push_back(name);
         reader_.fail(entry.first, "unknown step '" + key + "'" + did_you_mean(key, names));
       }

@@ -127,6 +127,65 @@ steps:
   EXPECT_EQ(scenario.steps[0].location, cuda_location(7));  // allowed: the step expects the error
 }
 
+TEST(Loader, RepeatWritesValuesPlansAndStepsOnce) {
+  const Scenario scenario = parse_scenario(R"(
+name: repeated
+values:
+  w$i: {bytes: 4KiB, adopt_at: pageable-host, repeat: {for: i, range: 3}}
+  kv_$name: {bytes: 1KiB, adopt_at: pinned-host, repeat: {for: name, in: [left, right]}}
+plans:
+  stage$i:
+    repeat: {for: i, range: [1, 3]}
+    enter: [{move: {value: w$i, to: cuda:0}}]
+    exit: [{move: {value: "w${i-1}", to: pinned-host}}]
+steps:
+  - repeat: {for: i, range: [1, 3]}
+    steps:
+      - repeat: {for: j, in: [a, b]}
+        steps:
+          - scope_enter: {plan: stage$i, as: s$i$j}
+          - scope_close: {scope: s$i$j}
+  - snapshot: {}
+    expect: {resident: {w0: [pageable-host]}}
+)", "repeated.yaml");
+  ASSERT_EQ(scenario.values.size(), 5u);
+  EXPECT_EQ(scenario.values[2].name, "w2");
+  EXPECT_EQ(scenario.values[4].name, "kv_right");
+  ASSERT_EQ(scenario.plans.size(), 2u);
+  EXPECT_EQ(scenario.plans[1].name, "stage2");
+  EXPECT_EQ(scenario.plans[1].exit[0].value, "w1");
+  ASSERT_EQ(scenario.steps.size(), 9u);
+  EXPECT_EQ(scenario.steps[2].name, "s1b");
+  EXPECT_EQ(scenario.steps[6].plan, "stage2");
+  EXPECT_EQ(scenario.steps[7].name, "s2b");
+}
+
+TEST(Loader, RepeatMistakesAreLocated) {
+  const auto error_of = [](const char* text) -> std::string {
+    try {
+      parse_scenario(text, "bad.yaml");
+    } catch (const ScenarioError& error) {
+      return error.what();
+    }
+    return "accepted";
+  };
+  EXPECT_NE(error_of("name: x\nvalues:\n  w$i: {bytes: 4KiB, adopt_at: pageable-host, repeat: {for: i, range: 2}}\n"
+                     "steps:\n  - repeat: {for: i, range: 2}\n    steps: [{drop: {value: \"w${j}\", at: pageable-host}}]\n")
+                .find("bad.yaml:6:"),
+            std::string::npos);
+  EXPECT_NE(error_of("name: x\nsteps:\n  - repeat: {for: i, range: 2, in: [1]}\n    steps: []\n").find("exactly one of"),
+            std::string::npos);
+  EXPECT_NE(error_of("name: x\nvalues:\n  w$i: {bytes: 4KiB, adopt_at: pageable-host, repeat: {for: i, in: [a, a]}}\n"
+                     "steps: []\n").find("duplicate value 'wa'"),
+            std::string::npos);
+  EXPECT_NE(error_of("name: x\nsteps:\n  - repeat: {for: i, in: [a]}\n    steps: [{advance: {ns: \"${i+1}\"}}]\n")
+                .find("integer binding"),
+            std::string::npos);
+  EXPECT_NE(error_of("name: x\nlimits: {steps: 3}\nsteps:\n  - repeat: {for: i, range: 4}\n    steps: [{snapshot: {}}]\n")
+                .find("limit"),
+            std::string::npos);
+}
+
 struct BadFile {
   const char* text;
   int line;
