@@ -7,6 +7,7 @@
 #include "fhelium/harness/replay.hpp"
 
 #include <ATen/ops/arange.h>
+#include <ATen/ops/full.h>
 
 #include <algorithm>
 #include <limits>
@@ -53,6 +54,11 @@ std::int64_t name_seed(const std::string& name) {
 
 // Deterministic contents of a declared value: (i + seed) mod 251, as its dtype.
 ResidentValue expected_value(const ValueDecl& decl, std::int64_t elements) {
+  if (decl.virtual_payload) {
+    // One element broadcast to the declared size: O(1) to create, copy and compare.
+    const at::Tensor element = at::full({1}, name_seed(decl.name) % 251, at::TensorOptions().dtype(scalar_type(decl.dtype)));
+    return ResidentValue(decl.type_name, {{"data", element.expand({elements})}}, {{"name", decl.name}});
+  }
   const at::Tensor data = at::arange(elements, at::TensorOptions().dtype(at::kLong))
                               .add_(name_seed(decl.name))
                               .remainder_(251)
@@ -204,6 +210,9 @@ class Replayer {
       }
     }
     if (!scenario_.capacity.empty()) return std::string("capacities are simulated");
+    for (const auto& value : scenario_.values) {
+      if (value.virtual_payload) return "value '" + value.name + "' has a virtual payload, which is simulated";
+    }
     return std::nullopt;
   }
 
@@ -340,6 +349,13 @@ class Replayer {
     if (decl.wrong) {
       record_fault(rule, "load", count, "load returns a value of the wrong " + *decl.wrong);
       if (*decl.wrong == "size") return placed(expected_value(decl, decl.elements + 1), decl.at);
+      if (*decl.wrong == "contents") {
+        // Right size, type and place, another value's bytes: only a content check can tell.
+        ValueDecl other = decl;
+        other.name += "-swapped";
+        ResidentValue swapped = expected_value(other, decl.elements);
+        return placed(ResidentValue(decl.type_name, {{"data", swapped.field("data")}}, {{"name", decl.name}}), decl.at);
+      }
       if (*decl.wrong == "type") {
         ValueDecl other = decl;
         other.type_name += "Mismatch";

@@ -583,6 +583,7 @@ class ScenarioParser {
   void check_value_bytes(const YAML::Node& root) const {
     std::int64_t total = 0;
     for (const auto& value : scenario_.values) {
+      if (value.virtual_payload) continue;  // a few bytes each, whatever their size
       const std::int64_t bytes = value.elements * dtype_bytes.at(value.dtype);
       if (bytes > scenario_.limits.value_bytes - total) {
         const YAML::Node where = root["values"] && root["values"][value.name] ? root["values"][value.name] : root;
@@ -616,7 +617,7 @@ class ScenarioParser {
       const YAML::Node spec = entry.second;
       reader_.require_keys(spec, what,
                            {"type", "elements", "bytes", "dtype", "mode", "adopt_at", "source_at", "deferred",
-                            "fail_on_load", "reenter_on_load", "wrong", "aliases", "repeat"});
+                            "fail_on_load", "reenter_on_load", "wrong", "aliases", "repeat", "payload"});
       if (spec["adopt_at"].IsDefined() == spec["source_at"].IsDefined()) {
         reader_.fail(spec, what + " needs exactly one of 'adopt_at' and 'source_at'");
       }
@@ -688,8 +689,18 @@ class ScenarioParser {
     }
     if (spec["wrong"]) {
       value.wrong = reader_.text(spec["wrong"], what + " wrong");
-      if (*value.wrong != "size" && *value.wrong != "type" && *value.wrong != "location") {
-        reader_.fail(spec["wrong"], what + " wrong must be size, type or location");
+      if (*value.wrong != "size" && *value.wrong != "type" && *value.wrong != "location" && *value.wrong != "contents") {
+        reader_.fail(spec["wrong"], what + " wrong must be size, type, location or contents");
+      }
+    }
+    if (spec["payload"]) {
+      const std::string payload = reader_.text(spec["payload"], what + " payload");
+      if (payload != "real" && payload != "virtual") {
+        reader_.fail(spec["payload"], what + " payload must be real or virtual, got '" + payload + "'");
+      }
+      value.virtual_payload = payload == "virtual";
+      if (value.virtual_payload && spec["aliases"]) {
+        reader_.fail(spec["payload"], what + ": a virtual payload cannot alias another value's storage");
       }
     }
     if (spec["aliases"]) {
@@ -1148,7 +1159,7 @@ class ScenarioParser {
       case StepKind::adopt:
       case StepKind::register_source: {
         reader_.require_keys(args, what, {"value", "bytes", "elements", "dtype", "type", "mode", "at", "fail_on_load",
-                                          "reenter_on_load", "wrong", "aliases"});
+                                          "reenter_on_load", "wrong", "aliases", "payload"});
         if (args.size() > 1) declare_inline(args, step.kind == StepKind::register_source, what);
         step.value = value_ref(reader_.required(args, "value", what), what + " value");
         const ValueDecl& value = *scenario_.find_value(step.value);

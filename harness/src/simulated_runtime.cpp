@@ -98,15 +98,34 @@ void SimulatedRuntime::check_simulated_stream(const c10::Stream& stream) const {
   check_location(residency::cuda_location(stream.device_index()));
 }
 
+namespace {
+
+// A virtual payload: one element broadcast (every stride 0) to many.
+bool broadcast_element(const at::Tensor& tensor) {
+  if (tensor.numel() <= 1) return false;
+  return std::all_of(tensor.strides().begin(), tensor.strides().end(), [](std::int64_t stride) { return stride == 0; });
+}
+
+}  // namespace
+
 at::Tensor SimulatedRuntime::allocate_copy(const at::Tensor& tensor, const ResidencyLocation& destination) {
-  const at::Tensor source = tensor.contiguous();
+  // A virtual payload keeps its shape over one stored element; the device
+  // still accounts (and is limited by) the bytes it stands for.
+  const bool virtual_payload = broadcast_element(tensor);
+  const at::Tensor source = virtual_payload ? tensor : tensor.contiguous();
   const std::int64_t nbytes = static_cast<std::int64_t>(source.numel()) * source.element_size();
+  const std::int64_t stored = virtual_payload ? static_cast<std::int64_t>(source.element_size()) : nbytes;
+  if (virtual_payload && destination == residency::PAGEABLE_HOST) {
+    at::Tensor element = at::empty({1}, source.options());
+    element.copy_(source.as_strided({1}, {1}));
+    return element.expand(source.sizes());
+  }
   if (destination == residency::PAGEABLE_HOST) {
     at::Tensor copy = at::empty(source.sizes(), source.options());
     copy.copy_(source);
     return copy;
   }
-  void* data = std::malloc(static_cast<std::size_t>(std::max<std::int64_t>(nbytes, 1)));
+  void* data = std::malloc(static_cast<std::size_t>(std::max<std::int64_t>(stored, 1)));
   if (data == nullptr) throw std::bad_alloc();
   {
     std::lock_guard lock(registry_->mutex);
@@ -124,7 +143,7 @@ at::Tensor SimulatedRuntime::allocate_copy(const at::Tensor& tensor, const Resid
   }
   std::weak_ptr<Registry> weak = registry_;
   at::Tensor copy = at::from_blob(
-      data, source.sizes(),
+      data, virtual_payload ? at::IntArrayRef({1}) : source.sizes(),
       [weak](void* pointer) {
         if (auto registry = weak.lock()) {
           std::lock_guard lock(registry->mutex);
@@ -137,6 +156,10 @@ at::Tensor SimulatedRuntime::allocate_copy(const at::Tensor& tensor, const Resid
         std::free(pointer);
       },
       source.options());
+  if (virtual_payload) {
+    copy.copy_(source.as_strided({1}, {1}));
+    return copy.expand(source.sizes());
+  }
   copy.copy_(source);  // ATen's copy kernel, as a real device copy would use
   return copy;
 }

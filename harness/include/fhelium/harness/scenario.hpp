@@ -39,6 +39,10 @@ struct ValueDecl {
   std::optional<std::int64_t> reenter_on_load;        // source: the Nth load calls the manager back
   std::optional<std::string> wrong;                   // source returns a wrong "size", "type" or "location"
   std::optional<std::string> aliases;                 // adopts / loads the storage of this other value
+  // Virtual payload (simulated runtime only): the contents are one element
+  // derived from the name, broadcast to the declared size, so copies and
+  // content checks cost O(1) whatever the size.
+  bool virtual_payload = false;
   int line = 0;
 };
 
