@@ -445,6 +445,11 @@ class ScenarioParser {
     if (root["plans"]) parse_plans(root["plans"]);
     const YAML::Node steps = reader_.required(root, "steps", "scenario");
     if (!steps.IsSequence()) reader_.fail(steps, "steps must be a list");
+    const auto step_count = static_cast<std::int64_t>(steps.size());
+    if (step_count > scenario_.limits.steps) {
+      reader_.fail(steps, "the scenario has " + std::to_string(step_count) + " steps, over the limit of " +
+                              std::to_string(scenario_.limits.steps) + " (raise it with limits: {steps: N})");
+    }
     parse_steps(steps);
     check_value_bytes(root);
   }
@@ -505,8 +510,8 @@ class ScenarioParser {
         continue;
       }
       if (static_cast<std::int64_t>(scenario_.steps.size()) >= scenario_.limits.steps) {
-        reader_.fail(step, "the scenario has more than " + std::to_string(scenario_.limits.steps) +
-                               " steps, the limit (raise it with limits: {steps: N})");
+        reader_.fail(step, "repeat blocks expand the scenario to more than " + std::to_string(scenario_.limits.steps) +
+                               " steps, over the limit (raise it with limits: {steps: N})");
       }
       scenario_.steps.push_back(parse_step(step));
     }
