@@ -459,6 +459,7 @@ class Replayer {
 
   void run_step(std::size_t index, const Step& step) {
     current_step_ = index;
+    step_before_ = last_snapshot_;
     const std::size_t faults_before = result_.faults.size() + faults_->fired().size() - fired_seen_;
     const std::optional<std::uint64_t> version_before =
         last_snapshot_ ? std::optional(last_snapshot_->state_version) : std::nullopt;
@@ -484,6 +485,7 @@ class Replayer {
       for (auto at = message.find(id); at != std::string::npos; at = message.find(id, at)) {
         message.replace(at, id.size(), "manager");
       }
+      message = quoted_names(message);
     }
     check_outcome(index, step, outcome);
     const ResidencySnapshot* snapshot = after_operation();
@@ -774,7 +776,33 @@ class Replayer {
     result_.failed_step = index;
     result_.failed_line = step.line;
     throw StepFailure{scenario_.file + ":" + std::to_string(step.line) + ": step " + std::to_string(index) + " (" +
-                      to_string(step.kind) + "): " + message};
+                      to_string(step.kind) + "): " + message + step_changes()};
+  }
+
+  // What the failing step changed, from the snapshot before it, in value names.
+  std::string step_changes() {
+    if (!step_before_ || !manager_ || manager_->closed()) return "";
+    std::vector<SnapshotDifference> changes;
+    try {
+      changes = diff(*step_before_, manager_->snapshot());
+    } catch (...) {
+      return "";
+    }
+    if (changes.empty()) return "\n      the step changed nothing the snapshot shows";
+    constexpr std::size_t shown = 12;
+    std::string text = "\n      the step changed:";
+    for (std::size_t i = 0; i < changes.size() && i < shown; ++i) {
+      SnapshotDifference change = changes[i];
+      for (const auto& [name, handle] : handles_) {
+        const std::string id = "/values/" + handle.handle_id;
+        if (change.path.rfind(id, 0) == 0 && (change.path.size() == id.size() || change.path[id.size()] == '/')) {
+          change.path = "/values/" + name + change.path.substr(id.size());
+        }
+      }
+      text += "\n        " + describe(change);
+    }
+    if (changes.size() > shown) text += "\n        and " + std::to_string(changes.size() - shown) + " more";
+    return text;
   }
 
   void check_outcome(std::size_t index, const Step& step, const Outcome& outcome) {
@@ -898,6 +926,19 @@ class Replayer {
   }
 
   std::string described(const ResidencyAction& action) const { return named(describe(action)); }
+
+  // The manager quotes handle ids in its messages ("value '3' (Tensor) ...");
+  // a scenario speaks of its values by name.
+  std::string quoted_names(std::string message) const {
+    for (const auto& [name, handle] : handles_) {
+      const std::string id = "'" + handle.handle_id + "'";
+      const std::string replacement = "'" + name + "'";
+      for (auto at = message.find(id); at != std::string::npos; at = message.find(id, at + replacement.size())) {
+        message.replace(at, id.size(), replacement);
+      }
+    }
+    return message;
+  }
 
   void check_error_fields(std::size_t index, const Step& step, const Classified& error) {
     const Expectation& expect = step.expect;
@@ -1046,8 +1087,7 @@ class Replayer {
       }
     }
     if (expect.trace) {
-      std::vector<std::string> got;
-      for (const auto& entry : step_transitions_) got.push_back(named(entry));
+      const std::vector<std::string>& got = step_transitions_;  // already in value names
       if (got != *expect.trace) {
         std::string listed;
         for (const auto& entry : got) listed += (listed.empty() ? "" : ", ") + entry;
@@ -1232,7 +1272,7 @@ class Replayer {
       return nullptr;
     }
     for (const auto& report : manager_->trace()) {
-      step_transitions_.push_back(std::string(report.no_op ? "no-op " : "") + describe(report.action));
+      step_transitions_.push_back(std::string(report.no_op ? "no-op " : "") + described(report.action));
     }
     manager_->clear_trace();
     last_snapshot_ = manager_->snapshot();
@@ -1313,6 +1353,7 @@ class Replayer {
   std::map<std::string, ResidentValue> adopted_;
   InvariantChecker checker_;
   std::optional<ResidencySnapshot> last_snapshot_;
+  std::optional<ResidencySnapshot> step_before_;  // the state the current step started from
   std::map<ResidencyLocation, std::int64_t> last_peaks_;
   std::vector<std::string> step_transitions_;
   std::size_t fired_seen_ = 0;

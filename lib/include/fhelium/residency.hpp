@@ -13,4 +13,5 @@
 #include "fhelium/residency/runtime.hpp"
 #include "fhelium/residency/scope.hpp"
 #include "fhelium/residency/snapshot.hpp"
+#include "fhelium/residency/snapshot_diff.hpp"
 #include "fhelium/residency/value.hpp"
