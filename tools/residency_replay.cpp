@@ -3,7 +3,10 @@
 // peaks and verdict. Exit status 0 only when every scenario passed.
 #include <CLI/CLI.hpp>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -123,13 +126,28 @@ int main(int argc, char** argv) {
     options.seed = seed;
     if (!runtime.empty()) options.runtime = runtime;
     if (verbose) options.log = [](const std::string& line) { std::cout << line << '\n'; };
+    // On a terminal, a progress line for long runs (at most ten updates a
+    // second); nothing when the output is a file or a pipe.
+    const bool terminal = !verbose && isatty(STDOUT_FILENO) != 0;
+    std::string current;
+    auto last_update = std::chrono::steady_clock::now();
+    if (terminal) {
+      options.progress = [&](std::size_t done, std::size_t total) {
+        const auto now = std::chrono::steady_clock::now();
+        if (done != total && now - last_update < std::chrono::milliseconds(100)) return;
+        last_update = now;
+        std::cout << "\r\033[K" << current << ": step " << done << "/" << total << std::flush;
+      };
+    }
 
     std::vector<ScenarioResult> results;
     std::size_t passed = 0, failed = 0, skipped = 0, invalid = 0;
     for (std::size_t i = 0; i < files.size(); ++i) {
       if (verbose) std::cout << "[" << i + 1 << "/" << files.size() << "] " << files[i] << '\n';
       bool invalid_file = false;
+      current = "[" + std::to_string(i + 1) + "/" + std::to_string(files.size()) + "] " + files[i];
       results.push_back(run_file(files[i], options, check_determinism, invalid_file));
+      if (terminal) std::cout << "\r\033[K";
       invalid += invalid_file;
       const ScenarioResult& result = results.back();
       passed += result.verdict == "passed";

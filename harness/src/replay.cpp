@@ -514,6 +514,7 @@ class Replayer {
     }
     result_.steps.push_back(std::move(record));
     result_.steps_run = index + 1;
+    if (options_.progress) options_.progress(index + 1, scenario_.steps.size());
     if (options_.log) {
       const StepRecord& last = result_.steps.back();
       options_.log("  step " + std::to_string(index) + " (line " + std::to_string(step.line) + ") " + last.kind +

@@ -23,6 +23,9 @@ struct ReplayOptions {
   std::optional<std::string> runtime;    // "simulated" or "torch"; overrides the scenario's
   // Receives one line per step when set (verbose mode).
   std::function<void(const std::string&)> log;
+  // Called after each step with (steps done, steps in the scenario), for
+  // progress displays.
+  std::function<void(std::size_t, std::size_t)> progress;
 };
 
 struct FiredFaultRecord {
