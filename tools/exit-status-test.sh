@@ -38,6 +38,13 @@ steps:
 YAML
 expect 1 "$replay" "$work/failing.yaml"
 expect 0 "$replay" "$scenarios/primitives/ensure-and-copy.yaml"
+# Saved snapshots and --diff: equal 0, different 1, unreadable 2.
+expect 1 "$replay" "$work/failing.yaml" --snapshots "$work/snapshots"
+expect 0 "$replay" "$scenarios/primitives/ensure-and-copy.yaml" --snapshots "$work/snapshots"
+expect 0 "$replay" --diff "$work/snapshots/failing.json" "$work/snapshots/failing.json"
+expect 1 "$replay" --diff "$work/snapshots/failing.json" "$work/snapshots/ensure-and-copy.json"
+expect 2 "$replay" --diff "$work/snapshots/failing.json" "$work/missing.json"
+expect 2 "$replay" --diff "$work/snapshots/failing.json"
 expect 2 "$gate" --build-dir "$work" --thresholds "$work/missing.json"
 expect 2 "$gate" --update-baseline --build-dir "$work"
 exit $((failures > 0))

@@ -99,7 +99,13 @@ int main(int argc, char** argv) {
   std::string runtime;
   std::string json_path, junit_path, timeline_path;
   bool verbose = false, check_determinism = false;
-  app.add_option("inputs", inputs, "Scenario files or directories (searched for *.yaml)")->required();
+  std::string snapshots_dir;
+  std::vector<std::string> diff_files;
+  app.add_option("inputs", inputs, "Scenario files or directories (searched for *.yaml)");
+  app.add_option("--snapshots", snapshots_dir, "Write each scenario's final snapshot as DIR/NAME.json");
+  app.add_option("--diff", diff_files, "Compare two saved snapshots (or any two JSON files): print what differs "
+                                       "by JSON pointer; exit 0 when equal, 1 when not")
+      ->expected(2);
   app.add_option("--seed", seed, "Seed for fault rules and generated behaviour (overrides each scenario's)");
   app.add_option("--runtime", runtime, "Device runtime: simulated or torch (overrides each scenario's)")
       ->check(CLI::IsMember({"simulated", "torch"}));
@@ -116,6 +122,30 @@ int main(int argc, char** argv) {
     return app.exit(error) == 0 ? 0 : 2;  // --help and --version exit 0
   }
 
+  if (!diff_files.empty()) {
+    if (!inputs.empty()) {
+      std::cerr << "residency-replay: --diff takes two JSON files and no scenarios\n";
+      return 2;
+    }
+    try {
+      const auto read = [](const std::string& path) {
+        std::ifstream in(path);
+        if (!in) throw std::runtime_error("cannot read " + path);
+        return nlohmann::json::parse(in);
+      };
+      const auto differences = json_differences(read(diff_files[0]), read(diff_files[1]));
+      for (const auto& line : differences) std::cout << line << '\n';
+      std::cout << differences.size() << " difference(s)\n";
+      return differences.empty() ? 0 : 1;
+    } catch (const std::exception& error) {
+      std::cerr << "residency-replay: --diff: " << error.what() << '\n';
+      return 2;
+    }
+  }
+  if (inputs.empty()) {
+    std::cerr << "residency-replay: name scenario files or directories (or --diff A.json B.json); see --help\n";
+    return 2;
+  }
   try {
     const std::vector<std::string> files = collect(inputs);
     if (files.empty()) {
@@ -158,6 +188,14 @@ int main(int argc, char** argv) {
     if (!json_path.empty()) write_file(json_path, to_json(results).dump(2) + "\n");
     if (!junit_path.empty()) write_file(junit_path, junit_xml(results));
     if (!timeline_path.empty()) write_file(timeline_path, timeline(results).dump() + "\n");
+    if (!snapshots_dir.empty()) {
+      std::filesystem::create_directories(snapshots_dir);
+      for (const auto& result : results) {
+        if (!result.final_snapshot) continue;
+        write_file((std::filesystem::path(snapshots_dir) / (result.name + ".json")).string(),
+                   snapshot_json(*result.final_snapshot, result.value_names).dump(2) + "\n");
+      }
+    }
     std::cout << "\nresidency-replay: " << passed << " passed, " << failed << " failed, " << skipped << " skipped";
     if (invalid > 0) std::cout << " (" << invalid << " invalid scenario file" << (invalid == 1 ? "" : "s") << ")";
     std::cout << '\n';

@@ -180,6 +180,9 @@ class Replayer {
       result_.verdict = "failed";
       result_.failure = failure.message;
     }
+    // Also for a failed run: the state it stopped in.
+    result_.final_snapshot = last_snapshot_;
+    for (const auto& [name, handle] : handles_) result_.value_names[handle.handle_id] = name;
     apply_canary();
     return result_;
   }

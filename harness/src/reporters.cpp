@@ -212,4 +212,77 @@ nlohmann::json timeline(const std::vector<ScenarioResult>& results) {
   return {{"traceEvents", events}, {"displayTimeUnit", "ms"}};
 }
 
+namespace {
+
+nlohmann::json optional_json(const std::optional<std::int64_t>& value) {
+  return value ? nlohmann::json(*value) : nlohmann::json(nullptr);
+}
+
+}  // namespace
+
+nlohmann::json snapshot_json(const residency::ResidencySnapshot& snapshot,
+                             const std::map<std::string, std::string>& value_names) {
+  nlohmann::json values = nlohmann::json::object();
+  for (const auto& value : snapshot.values) {
+    const auto named = value_names.find(value.handle.handle_id);
+    nlohmann::json materializations = nlohmann::json::object();
+    for (const auto& item : value.materializations) {
+      materializations[item.location.name()] = {{"logical_nbytes", item.logical_nbytes},
+                                                {"storage_nbytes", item.storage_nbytes},
+                                                {"charged_nbytes", item.charged_nbytes},
+                                                {"use_count", item.use_count},
+                                                {"hold_count", item.hold_count},
+                                                {"pending_event_count", item.pending_event_count}};
+    }
+    values[named == value_names.end() ? value.handle.handle_id : named->second] = {
+        {"handle_id", value.handle.handle_id},
+        {"value_type", value.spec.value_type},
+        {"logical_nbytes", value.spec.logical_nbytes},
+        {"storage_nbytes", value.spec.storage_nbytes},
+        {"replica_mode", std::string(residency::to_string(value.spec.replica_mode))},
+        {"recoverability", std::string(residency::to_string(value.spec.recoverability))},
+        {"materializations", materializations},
+        {"has_source", value.has_source},
+        {"source_location", value.source_location ? nlohmann::json(value.source_location->name()) : nlohmann::json(nullptr)},
+        {"discarded", value.discarded}};
+  }
+  nlohmann::json locations = nlohmann::json::object();
+  for (const auto& location : snapshot.locations) {
+    locations[location.location.name()] = {{"budget_bytes", optional_json(location.budget_bytes)},
+                                           {"used_bytes", location.used_bytes},
+                                           {"reserved_bytes", location.reserved_bytes},
+                                           {"remaining_budget_bytes", optional_json(location.remaining_budget_bytes)},
+                                           {"peak_used_bytes", location.peak_used_bytes},
+                                           {"peak_charged_bytes", location.peak_charged_bytes},
+                                           {"value_count", location.value_count},
+                                           {"reservation_count", location.reservation_count},
+                                           {"use_count", location.use_count},
+                                           {"hold_count", location.hold_count},
+                                           {"pending_event_count", location.pending_event_count}};
+  }
+  nlohmann::json reservations = nlohmann::json::array();
+  for (const auto& reservation : snapshot.reservations) {
+    reservations.push_back(
+        {{"location", reservation.location.name()}, {"nbytes", reservation.nbytes}, {"label", reservation.label}});
+  }
+  return {{"state_version", snapshot.state_version},
+          {"captured_at_ns", snapshot.captured_at_ns},
+          {"values", values},
+          {"locations", locations},
+          {"reservations", reservations}};
+}
+
+std::vector<std::string> json_differences(const nlohmann::json& before, const nlohmann::json& after) {
+  std::vector<std::string> lines;
+  for (const auto& operation : nlohmann::json::diff(before, after)) {
+    const std::string path = operation.at("path").get<std::string>();
+    const nlohmann::json::json_pointer pointer(path);
+    const std::string op = operation.at("op").get<std::string>();
+    const std::string was = op == "add" || !before.contains(pointer) ? "absent" : before.at(pointer).dump();
+    const std::string now = op == "remove" ? "absent" : operation.value("value", nlohmann::json()).dump();
+    lines.push_back(path + ": " + was + " -> " + now);
+  }
+  return lines;
+}
+
 }  // namespace fhelium::harness

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "fhelium/harness/scenario.hpp"
+#include "fhelium/residency/snapshot.hpp"
 
 namespace fhelium::harness {
 
@@ -71,6 +72,10 @@ struct ScenarioResult {
   std::map<std::string, std::int64_t> error_paths;  // error kind reached -> times
   std::vector<std::pair<std::string, std::int64_t>> peak_charged;  // final peak per location
   std::vector<StepRecord> steps;
+  // The last snapshot the run took (absent when the manager was closed or
+  // never built), with value handles named by the scenario's value names.
+  std::optional<residency::ResidencySnapshot> final_snapshot;
+  std::map<std::string, std::string> value_names;  // handle id -> value name
 
   bool passed() const { return verdict != "failed"; }
 };

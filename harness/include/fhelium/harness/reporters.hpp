@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -21,5 +22,12 @@ std::string junit_xml(const std::vector<ScenarioResult>& results);
 // location with its transitions, and used/reserved counters per location.
 // Each step occupies one millisecond of trace time; virtual time is in args.
 nlohmann::json timeline(const std::vector<ScenarioResult>& results);
+// A snapshot as JSON keyed by name, so that two of them diff by JSON pointer:
+// values by value name (or handle id), materializations and locations by
+// location name; the manager id is left out (it differs between runs).
+nlohmann::json snapshot_json(const residency::ResidencySnapshot& snapshot,
+                             const std::map<std::string, std::string>& value_names = {});
+// Differences between two JSON documents as "POINTER: BEFORE -> AFTER" lines.
+std::vector<std::string> json_differences(const nlohmann::json& before, const nlohmann::json& after);
 
 }  // namespace fhelium::harness
