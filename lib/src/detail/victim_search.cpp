@@ -258,11 +258,24 @@ class Search {
     return total <= budget->second;
   }
 
-  void count(const std::string& objective) {
+  // Counts a canonical state the search explores, once however many
+  // questions it asks of it (so a search over N reachable states never needs
+  // a limit above N). The questions themselves are bounded too, at
+  // `questions_per_state` per allowed state, so the work stays bounded.
+  static constexpr std::int64_t questions_per_state = 64;
+  void count(const std::string& objective, const std::vector<std::int64_t>& signature) {
+    ++questions_;
+    if (questions_ / questions_per_state >= input_.state_limit) {
+      throw LimitReached{"the search asked " + std::to_string(questions_) + " questions of " +
+                         std::to_string(explored_) + " states, its work bound for a state limit of " +
+                         std::to_string(input_.state_limit) + ", while " + objective};
+    }
+    if (seen_states_.count(signature) != 0) return;
     if (explored_ >= input_.state_limit) {
       throw LimitReached{"the search reached its state limit of " + std::to_string(input_.state_limit) +
                          " while " + objective};
     }
+    seen_states_.insert(signature);
     ++explored_;
   }
 
@@ -524,7 +537,8 @@ class Search {
   bool capacity_states(const State& state, const ResidencyLocation& location, std::int64_t additional,
                        const std::set<std::size_t>& blocked, const std::set<Endpoint>& active, Yield yield) {
     if (fits(state.used, state.reserved, location, additional)) return yield(state);
-    std::vector<std::int64_t> key = signature(state);
+    const std::vector<std::int64_t> state_signature = signature(state);
+    std::vector<std::int64_t> key = state_signature;
     key.push_back(location.ordinal());
     key.push_back(additional);
     key.push_back(-2);
@@ -541,7 +555,7 @@ class Search {
       ++cycles_cut_;
       return false;
     }
-    count("making room at " + location.name());
+    count("making room at " + location.name(), state_signature);
     const std::int64_t cuts_before = cycles_cut_;
     Open open(open_capacities_, key);
     const std::vector<ResidencyEvictionCandidate> order = ordered(candidates(state, location, blocked));
@@ -577,7 +591,7 @@ class Search {
     // moved back and forth between tiers) add nothing: depth-first search
     // with every entered state remembered still finds any reachable plan.
     if (open_requests_.count(key) != 0) throw BranchFailure{"it leads back to a state already being searched"};
-    count("deciding the ordered request");
+    count("deciding the ordered request", key);
     Open open(open_requests_, key);
     auto simulated = simulate(state);
     if (auto* enter = std::get_if<std::vector<ResidencyAction>>(&simulated)) return {state, std::move(*enter)};
@@ -628,6 +642,8 @@ class Search {
   std::set<std::vector<std::int64_t>> open_requests_;
   std::set<std::vector<std::int64_t>> open_capacities_;
   std::int64_t cycles_cut_ = 0;
+  std::int64_t questions_ = 0;
+  std::set<std::vector<std::int64_t>> seen_states_;  // canonical states counted
   // Whether the search follows the reference's rules, and whether it met a
   // choice where the complete rules differ.
   bool reference_rules_ = true;
