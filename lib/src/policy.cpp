@@ -97,10 +97,13 @@ std::vector<ResidencyEvictionCandidate> DeterministicTieredLRU::order_candidates
     keys.push_back({candidate.metadata.priority, candidate.last_access_epoch.value_or(-1), stable ? 0 : 1,
                     stable ? std::string_view(*stable) : std::string_view(), candidate.registration_index, position});
   }
-  std::stable_sort(keys.begin(), keys.end(), [](const Key& left, const Key& right) {
+  const auto before = [](const Key& left, const Key& right) {
     return std::tie(left.priority, left.epoch, left.keyless, left.stable_key, left.registration_index) <
            std::tie(right.priority, right.epoch, right.keyless, right.stable_key, right.registration_index);
-  });
+  };
+  // Often already in order (equal hints, registration order): then O(n).
+  if (std::is_sorted(keys.begin(), keys.end(), before)) return candidates;
+  std::stable_sort(keys.begin(), keys.end(), before);
   std::vector<ResidencyEvictionCandidate> ordered;
   ordered.reserve(candidates.size());
   for (const Key& key : keys) ordered.push_back(std::move(candidates[key.position]));

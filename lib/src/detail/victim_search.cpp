@@ -372,16 +372,19 @@ class Search {
 
   std::vector<ResidencyEvictionCandidate> candidates(const State& state, const ResidencyLocation& location,
                                                      const std::set<std::size_t>& blocked) {
-    std::vector<std::size_t> indices;
+    // Both sources are in registration order already: merge them, O(n).
+    std::vector<std::size_t> unchanged, moved;
     if (const auto base = by_location_.find(location); base != by_location_.end()) {
+      unchanged.reserve(base->second.size());
       for (const std::size_t value : base->second) {
-        if (state.changed.count(value) == 0) indices.push_back(value);
+        if (state.changed.count(value) == 0) unchanged.push_back(value);
       }
     }
     for (const auto& [value, placements] : state.changed) {
-      if (find(placements, location) != nullptr) indices.push_back(value);
+      if (find(placements, location) != nullptr) moved.push_back(value);
     }
-    std::sort(indices.begin(), indices.end());
+    std::vector<std::size_t> indices(unchanged.size() + moved.size());
+    std::merge(unchanged.begin(), unchanged.end(), moved.begin(), moved.end(), indices.begin());
     std::vector<ResidencyEvictionCandidate> result;
     result.reserve(indices.size());
     for (const std::size_t value : indices) {
