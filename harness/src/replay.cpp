@@ -991,6 +991,30 @@ class Replayer {
     return got && got->find(*want) != std::string::npos;
   }
 
+  // The fields transition reports and action explanations share.
+  template <class Want, class Got>
+  void check_report_fields(std::size_t index, const Step& step, const std::string& at, const Want& want,
+                           const Got& got) {
+    if (want.action && *want.action != described(got.action)) {
+      fail(index, step, "expected " + at + " to be '" + *want.action + "'");
+    }
+    if (want.no_op && *want.no_op != got.no_op) {
+      fail(index, step, "expected " + at + " no_op " + (*want.no_op ? "true" : "false"));
+    }
+    if (want.source && *want.source != got.source) {
+      fail(index, step, "expected " + at + " source " + name_of(*want.source) + ", got " + name_of(got.source));
+    }
+    if (want.destination && *want.destination != got.destination) {
+      fail(index, step, "expected " + at + " destination " + name_of(*want.destination) + ", got " +
+                            name_of(got.destination));
+    }
+    compare_bytes(index, step, at + " logical bytes", want.logical_bytes, std::optional(got.logical_nbytes));
+    compare_bytes(index, step, at + " storage bytes", want.storage_bytes, std::optional(got.storage_nbytes));
+    if (!reason_matches(want.reason, got.reason)) {
+      fail(index, step, "expected " + at + " reason '" + *want.reason + "', got '" + got.reason.value_or("none") + "'");
+    }
+  }
+
   void check_report_expectations(std::size_t index, const Step& step, const Outcome& outcome) {
     const Expectation& expect = step.expect;
     if (expect.transitions) {
@@ -1009,19 +1033,7 @@ class Replayer {
         const TransitionExpect& want = (*expect.transitions)[i];
         const ResidencyTransitionReport& got = reports[i];
         const std::string at = "transition " + std::to_string(i) + " (" + described(got.action) + ")";
-        if (want.action && *want.action != described(got.action)) {
-          fail(index, step, "expected " + at + " to be '" + *want.action + "'");
-        }
-        if (want.no_op && *want.no_op != got.no_op) fail(index, step, "expected " + at + " no_op " + (*want.no_op ? "true" : "false"));
-        if (want.source && *want.source != got.source) {
-          fail(index, step, "expected " + at + " source " + name_of(*want.source) + ", got " + name_of(got.source));
-        }
-        if (want.destination && *want.destination != got.destination) {
-          fail(index, step, "expected " + at + " destination " + name_of(*want.destination) + ", got " +
-                                name_of(got.destination));
-        }
-        compare_bytes(index, step, at + " logical bytes", want.logical_bytes, std::optional(got.logical_nbytes));
-        compare_bytes(index, step, at + " storage bytes", want.storage_bytes, std::optional(got.storage_nbytes));
+        check_report_fields(index, step, at, want, got);
         if (want.allocator_device) {
           const std::optional<ResidencyLocation>& device = *want.allocator_device;
           const bool same = device ? got.allocator_device && *got.allocator_device == device->device()
@@ -1030,9 +1042,6 @@ class Replayer {
             fail(index, step, "expected " + at + " to sample the allocator of " + name_of(device) + ", got " +
                                   (got.allocator_device ? got.allocator_device->str() : std::string("none")));
           }
-        }
-        if (!reason_matches(want.reason, got.reason)) {
-          fail(index, step, "expected " + at + " reason '" + *want.reason + "', got '" + got.reason.value_or("none") + "'");
         }
       }
     }
@@ -1047,24 +1056,9 @@ class Replayer {
         const ExplanationExpect& want = (*expect.explanation)[i];
         const ResidencyActionExplanation& got = actions[i];
         const std::string at = "explained action " + std::to_string(i) + " (" + described(got.action) + ")";
-        if (want.action && *want.action != described(got.action)) {
-          fail(index, step, "expected " + at + " to be '" + *want.action + "'");
-        }
+        check_report_fields(index, step, at, want, got);
         if (want.executable && *want.executable != got.executable) {
           fail(index, step, "expected " + at + " executable " + (*want.executable ? "true" : "false"));
-        }
-        if (want.no_op && *want.no_op != got.no_op) fail(index, step, "expected " + at + " no_op " + (*want.no_op ? "true" : "false"));
-        if (want.source && *want.source != got.source) {
-          fail(index, step, "expected " + at + " source " + name_of(*want.source) + ", got " + name_of(got.source));
-        }
-        if (want.destination && *want.destination != got.destination) {
-          fail(index, step, "expected " + at + " destination " + name_of(*want.destination) + ", got " +
-                                name_of(got.destination));
-        }
-        compare_bytes(index, step, at + " logical bytes", want.logical_bytes, std::optional(got.logical_nbytes));
-        compare_bytes(index, step, at + " storage bytes", want.storage_bytes, std::optional(got.storage_nbytes));
-        if (!reason_matches(want.reason, got.reason)) {
-          fail(index, step, "expected " + at + " reason '" + *want.reason + "', got '" + got.reason.value_or("none") + "'");
         }
       }
     }

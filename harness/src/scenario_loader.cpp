@@ -943,6 +943,18 @@ class ScenarioParser {
     if (node["reason"]) field = reader_.text(node["reason"], what + " reason");
   }
 
+  // The fields transition reports and action explanations share.
+  template <class Entry>
+  void report_fields(const YAML::Node& item, const std::string& context, Entry& entry) {
+    if (item["action"]) entry.action = reader_.text(item["action"], context + " action");
+    if (item["no_op"]) entry.no_op = reader_.boolean(item["no_op"], context + " no_op");
+    if (item["source"]) entry.source = reader_.optional_location(item["source"], context + " source");
+    if (item["destination"]) entry.destination = reader_.optional_location(item["destination"], context + " destination");
+    if (item["logical_bytes"]) entry.logical_bytes = reader_.size(item["logical_bytes"], context + " logical_bytes");
+    if (item["storage_bytes"]) entry.storage_bytes = reader_.size(item["storage_bytes"], context + " storage_bytes");
+    reason_key(item, context, entry.reason);
+  }
+
   void parse_state_expect(const YAML::Node& node, const std::string& what, Expectation& expect) {
     if (node["state_version"]) {
       expect.state_version = static_cast<std::uint64_t>(reader_.count(node["state_version"], what + " state_version"));
@@ -957,18 +969,10 @@ class ScenarioParser {
         reader_.require_keys(item, context, {"action", "no_op", "source", "destination", "logical_bytes",
                                              "storage_bytes", "allocator_device", "reason"});
         TransitionExpect entry;
-        if (item["action"]) entry.action = reader_.text(item["action"], context + " action");
-        if (item["no_op"]) entry.no_op = reader_.boolean(item["no_op"], context + " no_op");
-        if (item["source"]) entry.source = reader_.optional_location(item["source"], context + " source");
-        if (item["destination"]) {
-          entry.destination = reader_.optional_location(item["destination"], context + " destination");
-        }
-        if (item["logical_bytes"]) entry.logical_bytes = reader_.size(item["logical_bytes"], context + " logical_bytes");
-        if (item["storage_bytes"]) entry.storage_bytes = reader_.size(item["storage_bytes"], context + " storage_bytes");
+        report_fields(item, context, entry);
         if (item["allocator_device"]) {
           entry.allocator_device = reader_.optional_location(item["allocator_device"], context + " allocator_device");
         }
-        reason_key(item, context, entry.reason);
         expect.transitions->push_back(std::move(entry));
       }
     }
@@ -980,16 +984,8 @@ class ScenarioParser {
         reader_.require_keys(item, context, {"action", "executable", "no_op", "source", "destination",
                                              "logical_bytes", "storage_bytes", "reason"});
         ExplanationExpect entry;
-        if (item["action"]) entry.action = reader_.text(item["action"], context + " action");
+        report_fields(item, context, entry);
         if (item["executable"]) entry.executable = reader_.boolean(item["executable"], context + " executable");
-        if (item["no_op"]) entry.no_op = reader_.boolean(item["no_op"], context + " no_op");
-        if (item["source"]) entry.source = reader_.optional_location(item["source"], context + " source");
-        if (item["destination"]) {
-          entry.destination = reader_.optional_location(item["destination"], context + " destination");
-        }
-        if (item["logical_bytes"]) entry.logical_bytes = reader_.size(item["logical_bytes"], context + " logical_bytes");
-        if (item["storage_bytes"]) entry.storage_bytes = reader_.size(item["storage_bytes"], context + " storage_bytes");
-        reason_key(item, context, entry.reason);
         expect.explanation->push_back(std::move(entry));
       }
     }
