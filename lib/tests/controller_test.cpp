@@ -3,6 +3,7 @@
 // controller each and are named after it; the rest cover the C++ surface
 // (validation, broken policies, records).
 #include <gtest/gtest.h>
+#include <pthread.h>
 
 #include <memory>
 #include <string>
@@ -848,6 +849,45 @@ TEST(Controller, FindsPlansTheReferenceRulesMiss) {
     EXPECT_EQ(location_state(manager, PINNED_HOST).reserved_bytes, 2 * kBytes);
   });
   standing.release();
+}
+
+// A request that needs thousands of victims: the search nests a few frames
+// per victim, so it runs on a thread with its own large stack. Called here
+// from a thread with a small stack (256 KiB), which the search alone would
+// overflow after a few hundred victims.
+TEST(Controller, ThousandsOfVictimsDoNotExhaustTheCallersStack) {
+  constexpr int count = 2000;
+  auto fixture = make_fixture({{PINNED_HOST, count * 16}});
+  ResidencyManager& manager = *fixture.manager;
+  ResidencyController controller(manager);
+  for (int index = 0; index < count; ++index) {
+    const ResidencyHandle handle = manager.adopt(make_value(4, static_cast<float>(index)), std::nullopt,
+                                                 ReplicaMode::replicable);
+    manager.ensure(handle, PINNED_HOST);
+  }
+  const ResidencyHandle big = manager.adopt(make_value(count * 4));
+  struct Call {
+    ResidencyController* controller;
+    ResidencyRequest request;
+    std::optional<ResidencyDecision> decision;
+  } call{&controller, one("everything", big), std::nullopt};
+  pthread_attr_t attributes;
+  ASSERT_EQ(pthread_attr_init(&attributes), 0);
+  ASSERT_EQ(pthread_attr_setstacksize(&attributes, 256 << 10), 0);
+  pthread_t thread;
+  ASSERT_EQ(pthread_create(&thread, &attributes,
+                           [](void* pointer) -> void* {
+                             auto* job = static_cast<Call*>(pointer);
+                             job->decision.emplace(job->controller->decide(job->request));
+                             return nullptr;
+                           },
+                           &call),
+            0);
+  pthread_join(thread, nullptr);
+  pthread_attr_destroy(&attributes);
+  ASSERT_TRUE(call.decision.has_value());
+  EXPECT_EQ(call.decision->evictions.size(), static_cast<std::size_t>(count));
+  EXPECT_EQ(call.decision->explored_states, count + 1);
 }
 
 TEST(ControllerRecords, EvictionsAndDecisionsValidateThemselves) {

@@ -1,6 +1,9 @@
 #include "detail/victim_search.hpp"
 
+#include <pthread.h>
+
 #include <algorithm>
+#include <exception>
 #include <map>
 #include <set>
 #include <stdexcept>
@@ -595,7 +598,16 @@ class Search {
     // with every entered state remembered still finds any reachable plan.
     if (open_requests_.count(key) != 0) throw BranchFailure{"it leads back to a state already being searched"};
     count("deciding the ordered request", key);
+    if (depth_ >= max_depth) {
+      throw LimitReached{"the search nests more than " + std::to_string(max_depth) +
+                         " reclaim steps deep, more than its stack allows"};
+    }
     Open open(open_requests_, key);
+    ++depth_;
+    struct Leave {
+      std::int64_t& depth;
+      ~Leave() { --depth; }
+    } leave{depth_};
     auto simulated = simulate(state);
     if (auto* enter = std::get_if<std::vector<ResidencyAction>>(&simulated)) return {state, std::move(*enter)};
     const Shortfall shortfall = std::get<Shortfall>(std::move(simulated));
@@ -646,6 +658,10 @@ class Search {
   std::set<std::vector<std::int64_t>> open_capacities_;
   std::int64_t cycles_cut_ = 0;
   std::int64_t questions_ = 0;
+  // Whole-request searches on the current path; each costs a few stack
+  // frames, and the search thread's stack holds this many with room to spare.
+  static constexpr std::int64_t max_depth = 150000;
+  std::int64_t depth_ = 0;
   std::set<std::vector<std::int64_t>> seen_states_;  // canonical states counted
   // Whether the search follows the reference's rules, and whether it met a
   // choice where the complete rules differ.
@@ -658,7 +674,9 @@ class Search {
 
 }  // namespace
 
-VictimSearchResult search_victims(const VictimSearchInput& input) {
+namespace {
+
+VictimSearchResult search_here(const VictimSearchInput& input) {
   Search search(input);
   try {
     return search.run();
@@ -668,6 +686,46 @@ VictimSearchResult search_victims(const VictimSearchInput& input) {
     throw ResidencyPlanError("automatic residency request '" + input.request.name +
                              "' is infeasible: " + failure.message);
   }
+}
+
+// The search nests a few frames per victim, so a request that needs many
+// thousands of victims would exhaust an ordinary thread's stack. It runs on
+// a thread of its own with a large stack (address space reserved, pages used
+// only as deep as the search goes); where no such thread can be made, here.
+constexpr std::size_t search_stack_bytes = std::size_t{1} << 30;
+
+struct SearchJob {
+  const VictimSearchInput* input;
+  std::optional<VictimSearchResult> result;
+  std::exception_ptr error;
+};
+
+void* run_job(void* pointer) {
+  auto* job = static_cast<SearchJob*>(pointer);
+  try {
+    job->result = search_here(*job->input);
+  } catch (...) {
+    job->error = std::current_exception();
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+VictimSearchResult search_victims(const VictimSearchInput& input) {
+  SearchJob job{&input, std::nullopt, nullptr};
+  pthread_attr_t attributes;
+  bool threaded = pthread_attr_init(&attributes) == 0;
+  if (threaded) {
+    pthread_t thread;
+    threaded = pthread_attr_setstacksize(&attributes, search_stack_bytes) == 0 &&
+               pthread_create(&thread, &attributes, run_job, &job) == 0;
+    pthread_attr_destroy(&attributes);
+    if (threaded) pthread_join(thread, nullptr);
+  }
+  if (!threaded) run_job(&job);
+  if (job.error) std::rethrow_exception(job.error);
+  return std::move(*job.result);
 }
 
 }  // namespace fhelium::residency::detail
