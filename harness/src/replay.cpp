@@ -93,6 +93,14 @@ bool is_injected(const std::exception& error) {
   return false;
 }
 
+void record_budget(Classified& result, const ResidencyBudgetError& error) {
+  result.budget_location = error.location();
+  result.budget_bytes = error.budget_bytes();
+  result.used_bytes = error.used_bytes();
+  result.reserved_bytes = error.reserved_bytes();
+  result.requested_bytes = error.requested_bytes();
+}
+
 Classified classify(const std::exception_ptr& error) {
   Classified result;
   result.kind = error_kind(error);
@@ -108,19 +116,11 @@ Classified classify(const std::exception_ptr& error) {
     try {
       e.rethrow_cause();
     } catch (const ResidencyBudgetError& cause) {
-      result.budget_location = cause.location();
-      result.budget_bytes = cause.budget_bytes();
-      result.used_bytes = cause.used_bytes();
-      result.reserved_bytes = cause.reserved_bytes();
-      result.requested_bytes = cause.requested_bytes();
+      record_budget(result, cause);
     } catch (...) {
     }
   } catch (const ResidencyBudgetError& e) {
-    result.budget_location = e.location();
-    result.budget_bytes = e.budget_bytes();
-    result.used_bytes = e.used_bytes();
-    result.reserved_bytes = e.reserved_bytes();
-    result.requested_bytes = e.requested_bytes();
+    record_budget(result, e);
   } catch (const ResidencyStaleStateError& e) {
     result.stale_expected = e.expected_version();
     result.stale_actual = e.actual_version();

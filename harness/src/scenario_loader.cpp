@@ -600,39 +600,43 @@ class ScenarioParser {
     }
   }
 
-  void parse_values(const YAML::Node& node) {
-    reader_.require_map(node, "values");
+  // Each entry of a `values` or `plans` mapping, once per binding of its own
+  // `repeat` key when it has one.
+  template <class Parse>
+  void each_entry(const YAML::Node& node, const std::string& kind, Parse&& parse) {
     for (const auto& entry : node) {
       if (entry.second.IsMap() && entry.second["repeat"]) {
-        repeat(entry.second["repeat"], "value '" + entry.first.Scalar() + "' repeat", [&] { parse_value(entry); });
+        repeat(entry.second["repeat"], kind + " '" + entry.first.Scalar() + "' repeat", [&] { parse(entry); });
       } else {
-        parse_value(entry);
+        parse(entry);
       }
     }
   }
 
-  template <class Entry>
-  void parse_value(const Entry& entry) {
-    {
-      ValueDecl value;
-      value.name = reader_.name(entry.first, "value name");
-      value.line = line_of(entry.first);
-      const std::string what = "value '" + value.name + "'";
-      if (scenario_.find_value(value.name) != nullptr) reader_.fail(entry.first, "duplicate " + what);
-      const YAML::Node spec = entry.second;
-      reader_.require_keys(spec, what,
-                           {"type", "elements", "bytes", "dtype", "mode", "adopt_at", "source_at", "deferred",
-                            "fail_on_load", "reenter_on_load", "wrong", "aliases", "repeat", "payload"});
-      if (spec["adopt_at"].IsDefined() == spec["source_at"].IsDefined()) {
-        reader_.fail(spec, what + " needs exactly one of 'adopt_at' and 'source_at'");
-      }
-      value.source = spec["source_at"].IsDefined();
-      value.at = reader_.location(value.source ? spec["source_at"] : spec["adopt_at"], what + " location");
-      if (spec["deferred"]) value.deferred = reader_.boolean(spec["deferred"], what + " deferred");
-      parse_value_spec(spec, what, value);
-      scenario_.values.push_back(value);
-    }
+  void parse_values(const YAML::Node& node) {
+    reader_.require_map(node, "values");
+    each_entry(node, "value", [&](const auto& entry) { parse_value(entry.first, entry.second); });
   }
+
+  void parse_value(const YAML::Node& key, const YAML::Node& spec) {
+    ValueDecl value;
+    value.name = reader_.name(key, "value name");
+    value.line = line_of(key);
+    const std::string what = "value '" + value.name + "'";
+    if (scenario_.find_value(value.name) != nullptr) reader_.fail(key, "duplicate " + what);
+    reader_.require_keys(spec, what,
+                         {"type", "elements", "bytes", "dtype", "mode", "adopt_at", "source_at", "deferred",
+                          "fail_on_load", "reenter_on_load", "wrong", "aliases", "repeat", "payload"});
+    if (spec["adopt_at"].IsDefined() == spec["source_at"].IsDefined()) {
+      reader_.fail(spec, what + " needs exactly one of 'adopt_at' and 'source_at'");
+    }
+    value.source = spec["source_at"].IsDefined();
+    value.at = reader_.location(value.source ? spec["source_at"] : spec["adopt_at"], what + " location");
+    if (spec["deferred"]) value.deferred = reader_.boolean(spec["deferred"], what + " deferred");
+    parse_value_spec(spec, what, value);
+    scenario_.values.push_back(value);
+  }
+
 
   // An adopt/register_source step that carries its own declaration.
   void declare_inline(const YAML::Node& args, bool source, const std::string& what) {
@@ -807,33 +811,23 @@ class ScenarioParser {
 
   void parse_plans(const YAML::Node& node) {
     reader_.require_map(node, "plans");
-    for (const auto& entry : node) {
-      if (entry.second.IsMap() && entry.second["repeat"]) {
-        repeat(entry.second["repeat"], "plan '" + entry.first.Scalar() + "' repeat", [&] { parse_plan(entry); });
-      } else {
-        parse_plan(entry);
-      }
-    }
+    each_entry(node, "plan", [&](const auto& entry) { parse_plan(entry.first, entry.second); });
   }
 
-  template <class Entry>
-  void parse_plan(const Entry& entry) {
-    {
-      PlanDecl plan;
-      plan.name = reader_.name(entry.first, "plan name");
-      plan.line = line_of(entry.first);
-      const std::string what = "plan '" + plan.name + "'";
-      if (scenario_.find_plan(plan.name) != nullptr) reader_.fail(entry.first, "duplicate " + what);
-      reader_.require_keys(entry.second, what, {"reclaim", "reservations", "enter", "exit", "repeat"});
-      if (entry.second["reclaim"]) plan.reclaim = parse_actions(entry.second["reclaim"], what + " reclaim");
-      if (entry.second["enter"]) plan.enter = parse_actions(entry.second["enter"], what + " enter");
-      if (entry.second["exit"]) plan.exit = parse_actions(entry.second["exit"], what + " exit");
-      if (const YAML::Node reservations = entry.second["reservations"]) {
-        plan.reservations = parse_reservations(reservations, what);
-      }
-      scenario_.plans.push_back(std::move(plan));
-    }
+  void parse_plan(const YAML::Node& key, const YAML::Node& body) {
+    PlanDecl plan;
+    plan.name = reader_.name(key, "plan name");
+    plan.line = line_of(key);
+    const std::string what = "plan '" + plan.name + "'";
+    if (scenario_.find_plan(plan.name) != nullptr) reader_.fail(key, "duplicate " + what);
+    reader_.require_keys(body, what, {"reclaim", "reservations", "enter", "exit", "repeat"});
+    if (body["reclaim"]) plan.reclaim = parse_actions(body["reclaim"], what + " reclaim");
+    if (body["enter"]) plan.enter = parse_actions(body["enter"], what + " enter");
+    if (body["exit"]) plan.exit = parse_actions(body["exit"], what + " exit");
+    if (const YAML::Node reservations = body["reservations"]) plan.reservations = parse_reservations(reservations, what);
+    scenario_.plans.push_back(std::move(plan));
   }
+
 
   void parse_location_expect(const YAML::Node& node, const std::string& what, LocationExpect& expect) {
     reader_.require_keys(node, what,

@@ -4,7 +4,6 @@
 #include <cstdint>
 #include <exception>
 #include <stdexcept>
-#include <unordered_set>
 
 #include "detail/victim_search.hpp"
 #include "fhelium/residency/value.hpp"
