@@ -2,6 +2,7 @@
 // built by hand to break exactly one rule at a time.
 #include <gtest/gtest.h>
 
+#include "fhelium/harness/explain_checker.hpp"
 #include "fhelium/harness/invariant_checker.hpp"
 
 namespace fhelium::harness {
@@ -80,6 +81,83 @@ TEST(InvariantChecker, FlagsStateMovingBackwards) {
   const auto violations = names(checker.check(
       ResidencySnapshot("m", 4, {value({at(PAGEABLE_HOST)})}, {location(PAGEABLE_HOST, 100, 1, 150, 300)}, {}, 40)));
   EXPECT_EQ(violations, (std::vector<std::string>{"peaks-monotonic", "version-monotonic", "clock-monotonic"}));
+}
+
+
+const ResidencyLocation CUDA0 = cuda_location(0);
+
+ResidencyPlanExplanation explanation(bool feasible, std::int64_t cuda_peak) {
+  return ResidencyPlanExplanation("p", {}, {}, {{PAGEABLE_HOST, 100}, {CUDA0, cuda_peak}}, feasible,
+                                  feasible ? std::nullopt : std::optional<std::string>("no room"));
+}
+
+// A run of every action of `explained` that ended in `after`.
+ExplainedRun whole_run(const ResidencyPlanExplanation& explained, const ResidencySnapshot& after) {
+  ExplainedRun run;
+  run.explanation = &explained;
+  run.whole_plan = true;
+  run.peaks_before = {{PAGEABLE_HOST, 100}, {CUDA0, 0}};
+  run.after = &after;
+  return run;
+}
+
+ResidencySnapshot ended_with(std::int64_t cuda_peak) {
+  return ResidencySnapshot("m", 2, {},
+                           {location(PAGEABLE_HOST, 100, 1, 100, 100), location(CUDA0, 200, 2, cuda_peak, cuda_peak)},
+                           {}, 5);
+}
+
+TEST(ExplainChecker, AcceptsARunThatMatchesItsPrediction) {
+  const auto explained = explanation(true, 300);
+  const ResidencySnapshot after = ended_with(300);
+  ExplainedRun run = whole_run(explained, after);
+  EXPECT_TRUE(check_explained_run(run).empty());
+  // A scope's entry may stay under the prediction.
+  run.whole_plan = false;
+  EXPECT_TRUE(check_explained_run(run).empty());
+}
+
+TEST(ExplainChecker, FlagsAFailedFeasiblePlanAndAWrongPeak) {
+  const auto explained = explanation(true, 300);
+  const ResidencySnapshot after = ended_with(400);
+  ExplainedRun run = whole_run(explained, after);
+  EXPECT_EQ(names(check_explained_run(run)), std::vector<std::string>{"predicted-peak"});
+  run.whole_plan = false;  // above the bound, too
+  EXPECT_EQ(names(check_explained_run(run)), std::vector<std::string>{"predicted-peak"});
+  // Exact means exact: a whole plan that stays under its prediction is wrong as well.
+  const auto generous = explanation(true, 500);
+  run.explanation = &generous;
+  run.whole_plan = true;
+  EXPECT_EQ(names(check_explained_run(run)), std::vector<std::string>{"predicted-peak"});
+  run.explanation = &explained;
+  run.error_kind = "budget";
+  run.error_message = "exceeds budget";
+  const auto failed = check_explained_run(run);
+  ASSERT_EQ(names(failed), std::vector<std::string>{"explain-execute"});
+  EXPECT_NE(failed.front().detail.find("exceeds budget"), std::string::npos);
+}
+
+TEST(ExplainChecker, IgnoresFaultedRunsInfeasiblePlansAndRefusals) {
+  const auto explained = explanation(true, 300);
+  const auto infeasible = explanation(false, 300);
+  const ResidencySnapshot after("m", 2, {}, {location(CUDA0, 200, 2, 900, 900)}, {}, 5);
+  ExplainedRun run;
+  run.explanation = &explained;
+  run.whole_plan = true;
+  run.after = &after;
+  run.error_kind = "budget";
+  run.faults_fired = true;
+  EXPECT_TRUE(check_explained_run(run).empty());
+  run.faults_fired = false;
+  run.explanation = &infeasible;
+  EXPECT_TRUE(check_explained_run(run).empty());
+  run.explanation = &explained;
+  for (const char* refusal : {"stale", "invalid_argument"}) {
+    run.error_kind = refusal;
+    EXPECT_TRUE(check_explained_run(run).empty()) << refusal;
+  }
+  run.after = nullptr;
+  EXPECT_THROW(check_explained_run(run), std::invalid_argument);
 }
 
 }  // namespace

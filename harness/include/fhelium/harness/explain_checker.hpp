@@ -1,0 +1,42 @@
+// The explain-versus-execute check, from outside the manager: a plan that
+// explain found feasible must run without error when no fault fires, and the
+// peaks it reaches must match what explain predicted. Pure function over
+// tensor-free records; safe to call from any thread.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "fhelium/harness/invariant_checker.hpp"
+#include "fhelium/residency/plan.hpp"
+#include "fhelium/residency/snapshot.hpp"
+
+namespace fhelium::harness {
+
+struct ExplainedRun {
+  // What explain said before the run, against the state the run started from.
+  const residency::ResidencyPlanExplanation* explanation = nullptr;
+  // Whether any fault fired during the run (the prediction then does not apply).
+  bool faults_fired = false;
+  // How the run failed (an error kind of error_kind.hpp), when it did.
+  std::optional<std::string> error_kind;
+  std::string error_message;
+  // Whether the run executed every explained action (execute_actions), so the
+  // prediction is exact; otherwise (a scope's entry) it is an upper bound.
+  bool whole_plan = false;
+  // peak_charged_bytes per location before the run.
+  std::map<residency::ResidencyLocation, std::int64_t> peaks_before;
+  // The state after the run.
+  const residency::ResidencySnapshot* after = nullptr;
+};
+
+// Violations of "explain-execute" (a feasible fault-free plan failed) and
+// "predicted-peak" (an observed peak differs from, or exceeds, the
+// prediction). Refusals that explain does not judge (a stale version, an
+// invalid argument) are not violations.
+std::vector<InvariantViolation> check_explained_run(const ExplainedRun& run);
+
+}  // namespace fhelium::harness

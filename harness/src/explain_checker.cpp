@@ -1,0 +1,51 @@
+#include "fhelium/harness/explain_checker.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace fhelium::harness {
+
+using namespace residency;
+
+std::vector<InvariantViolation> check_explained_run(const ExplainedRun& run) {
+  if (run.explanation == nullptr || run.after == nullptr) {
+    throw std::invalid_argument("check_explained_run needs an explanation and the state after the run");
+  }
+  const ResidencyPlanExplanation& explanation = *run.explanation;
+  std::vector<InvariantViolation> violations;
+  if (!explanation.feasible || run.faults_fired) return violations;
+  if (run.error_kind) {
+    if (*run.error_kind != "stale" && *run.error_kind != "invalid_argument") {
+      violations.push_back({"explain-execute", "explain found plan '" + explanation.plan_name +
+                                                   "' feasible, but running it without faults failed: " +
+                                                   run.error_message});
+    }
+    return violations;
+  }
+  for (const auto& location : run.after->locations) {
+    const auto before = run.peaks_before.find(location.location);
+    const std::int64_t previous = before == run.peaks_before.end() ? 0 : before->second;
+    const auto predicted = explanation.predicted_peak(location.location);
+    const std::string predicted_text = predicted ? std::to_string(*predicted) : "none";
+    if (run.whole_plan) {
+      // Every explained action ran: each peak becomes max(earlier, predicted).
+      const std::int64_t expected = std::max(previous, predicted.value_or(0));
+      if (location.peak_charged_bytes != expected) {
+        violations.push_back({"predicted-peak", "at " + location.location.name() + ": observed peak " +
+                                                    std::to_string(location.peak_charged_bytes) +
+                                                    ", expected max(earlier " + std::to_string(previous) +
+                                                    ", predicted " + predicted_text + ")"});
+      }
+      continue;
+    }
+    if (location.peak_charged_bytes <= previous) continue;
+    if (!predicted || location.peak_charged_bytes > *predicted) {
+      violations.push_back({"predicted-peak", "at " + location.location.name() + ": observed peak " +
+                                                  std::to_string(location.peak_charged_bytes) + " > predicted " +
+                                                  predicted_text});
+    }
+  }
+  return violations;
+}
+
+}  // namespace fhelium::harness
