@@ -97,7 +97,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> inputs;
   std::optional<std::uint64_t> seed;
   std::string runtime;
-  std::string json_path, junit_path, timeline_path;
+  std::string json_path, junit_path, timeline_path, html_path;
   bool verbose = false, check_determinism = false;
   std::string snapshots_dir;
   std::vector<std::string> diff_files;
@@ -111,7 +111,10 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"simulated", "torch"}));
   app.add_option("--json", json_path, "Write the machine-readable report to FILE");
   app.add_option("--junit", junit_path, "Write JUnit XML to FILE");
-  app.add_option("--timeline", timeline_path, "Write a Chrome trace-event timeline (Perfetto) to FILE");
+  app.add_option("--timeline", timeline_path,
+                 "Write a Chrome trace-event timeline on virtual time (open it in Perfetto) to FILE");
+  app.add_option("--html", html_path,
+                 "Write a self-contained HTML report (bytes over virtual time per location, faults, steps) to FILE");
   app.add_flag("--verbose,-v", verbose, "Log every step");
   app.add_flag("--check-determinism", check_determinism, "Replay each scenario twice and fail on any difference");
   app.set_version_flag("--version", "residency-replay " FHELIUM_RESIDENCY_VERSION);
@@ -188,6 +191,7 @@ int main(int argc, char** argv) {
     if (!json_path.empty()) write_file(json_path, to_json(results).dump(2) + "\n");
     if (!junit_path.empty()) write_file(junit_path, junit_xml(results));
     if (!timeline_path.empty()) write_file(timeline_path, timeline(results).dump() + "\n");
+    if (!html_path.empty()) write_file(html_path, html_report(results));
     if (!snapshots_dir.empty()) {
       std::filesystem::create_directories(snapshots_dir);
       for (const auto& result : results) {

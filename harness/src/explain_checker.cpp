@@ -16,9 +16,9 @@ std::vector<InvariantViolation> check_explained_run(const ExplainedRun& run) {
   if (!explanation.feasible || run.faults_fired) return violations;
   if (run.error_kind) {
     if (*run.error_kind != "stale" && *run.error_kind != "invalid_argument") {
-      violations.push_back({"explain-execute", "explain found plan '" + explanation.plan_name +
-                                                   "' feasible, but running it without faults failed: " +
-                                                   run.error_message});
+      violations.push_back(
+          {"explain-execute", "explain found plan '" + explanation.plan_name +
+                                  "' feasible, but running it without faults failed: " + run.error_message});
     }
     return violations;
   }

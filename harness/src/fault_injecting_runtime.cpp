@@ -142,7 +142,7 @@ std::optional<FaultRule> FaultInjectingRuntime::select(FaultOperation operation,
     // The draw happens only for calls that reach it, so a seed replays exactly.
     if (rule.probability && std::uniform_real_distribution<double>(0.0, 1.0)(random_) >= *rule.probability) continue;
     state.fires += 1;
-    fired_.push_back(FiredFault{rule.name, operation, rule.effect, index, detail});
+    fired_.push_back(FiredFault{rule.name, operation, rule.effect, index, detail, upstream_->now_ns()});
     return rule;
   }
   return std::nullopt;

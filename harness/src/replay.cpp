@@ -58,11 +58,13 @@ class Replayer {
     try {
       setup();
       for (std::size_t index = 0; index < scenario_.steps.size(); ++index) run_step(index, scenario_.steps[index]);
+      collect_activity();  // what the steps did, not the final content check
       finish();
       result_.verdict = "passed";
     } catch (const StepFailure& failure) {
       result_.verdict = "failed";
       result_.failure = failure.message;
+      collect_activity();
     }
     // Also for a failed run: the state it stopped in.
     result_.final_snapshot = last_snapshot_;
@@ -123,9 +125,13 @@ class Replayer {
   void create(const ValueDecl& decl) { names_.bind(decl.name, values_->create(*manager_, decl)); }
 
   void record_fault(const std::string& rule, const std::string& operation, std::int64_t index,
-                    const std::string& detail) {
-    result_.faults.push_back(FiredFaultRecord{rule, operation, index, current_step_, detail});
+                    const std::string& detail, std::optional<std::int64_t> at_ns = std::nullopt) {
+    const std::int64_t when = at_ns.value_or(faults_->upstream()->now_ns()) - clock_origin_ns_;
+    result_.faults.push_back(FiredFaultRecord{rule, operation, index, current_step_, detail, when});
   }
+
+  // Virtual time since the start of the run.
+  std::int64_t elapsed_ns() const { return faults_->upstream()->now_ns() - clock_origin_ns_; }
 
   void clear_fired_baseline() { fired_seen_ = faults_->fired().size(); }
 
@@ -144,6 +150,7 @@ class Replayer {
 
   void run_step(std::size_t index, const Step& step) {
     current_step_ = index;
+    const std::int64_t started_ns = elapsed_ns();
     step_before_ = last_snapshot_;
     const std::size_t faults_before = result_.faults.size() + faults_->fired().size() - fired_seen_;
     const std::optional<std::uint64_t> version_before =
@@ -181,11 +188,21 @@ class Replayer {
     record.outcome = outcome.error ? outcome.error->kind : (outcome.no_op ? "no-op" : "ok");
     record.message = outcome.error ? outcome.error->message : outcome.reason.value_or("");
     record.transitions = step_transitions_;
+    record.spans = std::move(step_spans_);
+    record.started_ns = started_ns;
+    record.virtual_ns = elapsed_ns();
     if (snapshot != nullptr) {
-      record.virtual_ns = snapshot->captured_at_ns - clock_origin_ns_;
       record.state_version = snapshot->state_version;
       for (const auto& location : snapshot->locations) {
-        record.locations.push_back({location.location.name(), location.used_bytes, location.reserved_bytes});
+        record.locations.push_back({location.location.name(), location.used_bytes, location.reserved_bytes,
+                                    location.budget_bytes, location.peak_charged_bytes});
+      }
+      for (const auto& value : snapshot->values) {
+        for (const auto& item : value.materializations) {
+          if (item.use_count == 0 && item.hold_count == 0 && item.pending_event_count == 0) continue;
+          record.protections.push_back({names_.value_name(value.handle.handle_id), item.location.name(),
+                                        item.use_count, item.hold_count, item.pending_event_count});
+        }
       }
     }
     const bool faults_fired = result_.faults.size() + faults_->fired().size() - fired_seen_ > faults_before;
@@ -528,8 +545,12 @@ class Replayer {
       last_snapshot_.reset();
       return nullptr;
     }
+    step_spans_.clear();
     for (const auto& report : manager_->trace()) {
       step_transitions_.push_back(std::string(report.no_op ? "no-op " : "") + names_.described(report.action));
+      const auto& where = report.destination ? report.destination : report.source;
+      step_spans_.push_back({step_transitions_.back(), where ? where->name() : std::string("values"),
+                             report.started_at_ns - clock_origin_ns_, report.completed_at_ns - clock_origin_ns_});
     }
     manager_->clear_trace();
     last_snapshot_ = manager_->snapshot();
@@ -549,9 +570,30 @@ class Replayer {
   void collect_faults() {
     const auto fired = faults_->fired();
     for (std::size_t i = fired_seen_; i < fired.size(); ++i) {
-      record_fault(fired[i].rule, to_string(fired[i].operation), fired[i].call_index, fired[i].detail);
+      record_fault(fired[i].rule, to_string(fired[i].operation), fired[i].call_index, fired[i].detail, fired[i].at_ns);
     }
     fired_seen_ = fired.size();
+  }
+
+  // The simulated runtime's copies, stream work and events, once.
+  void collect_activity() {
+    if (!simulated_ || !result_.stream_activity.empty()) return;
+    for (const RuntimeActivity& activity : simulated_->activity()) {
+      StreamSlice slice;
+      slice.kind = activity.kind == RuntimeActivity::Kind::copy   ? "copy"
+                   : activity.kind == RuntimeActivity::Kind::work ? "work"
+                                                                  : "event";
+      slice.stream = activity.device < 0 ? std::string("host copies")
+                                         : "cuda:" + std::to_string(activity.device) + " stream " +
+                                               std::to_string(activity.stream_id);
+      if (activity.kind == RuntimeActivity::Kind::copy) {
+        slice.destination = activity.destination.name();
+        slice.bytes = activity.bytes;
+      }
+      slice.start_ns = activity.start_ns - clock_origin_ns_;
+      if (activity.end_ns != SimulatedRuntime::never) slice.end_ns = activity.end_ns - clock_origin_ns_;
+      result_.stream_activity.push_back(std::move(slice));
+    }
   }
 
   void finish() {
@@ -612,6 +654,7 @@ class Replayer {
   std::optional<ResidencySnapshot> step_before_;  // the state the current step started from
   std::map<ResidencyLocation, std::int64_t> last_peaks_;
   std::vector<std::string> step_transitions_;
+  std::vector<TransitionSpan> step_spans_;
   std::size_t fired_seen_ = 0;
   std::size_t current_step_ = 0;
   bool setup_done_ = false;

@@ -7,29 +7,6 @@
 
 namespace fhelium::harness {
 
-namespace {
-
-std::string xml_escape(const std::string& text) {
-  std::string out;
-  for (const char c : text) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20 && c != '\n' && c != '\t') {
-          out += ' ';
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out;
-}
-
-}  // namespace
 
 std::string text_summary(const ScenarioResult& result) {
   std::ostringstream out;
@@ -72,7 +49,8 @@ nlohmann::json to_json(const ScenarioResult& result) {
                       {"operation", fault.operation},
                       {"call_index", fault.call_index},
                       {"step", fault.step},
-                      {"detail", fault.detail}});
+                      {"detail", fault.detail},
+                      {"virtual_ns", fault.virtual_ns}});
   }
   nlohmann::json steps = nlohmann::json::array();
   for (const auto& step : result.steps) {
@@ -85,6 +63,7 @@ nlohmann::json to_json(const ScenarioResult& result) {
                      {"kind", step.kind},
                      {"outcome", step.outcome},
                      {"message", step.message},
+                     {"started_ns", step.started_ns},
                      {"virtual_ns", step.virtual_ns},
                      {"state_version", step.state_version},
                      {"transitions", step.transitions},
@@ -138,78 +117,18 @@ std::string junit_xml(const std::vector<ScenarioResult>& results) {
   out << "  <testsuite name=\"scenarios\" tests=\"" << results.size() << "\" failures=\"" << failures
       << "\" skipped=\"" << skipped << "\">\n";
   for (const auto& result : results) {
-    out << "    <testcase classname=\"" << xml_escape(result.file) << "\" name=\"" << xml_escape(result.name) << "\">\n";
+    out << "    <testcase classname=\"" << markup_escape(result.file) << "\" name=\"" << markup_escape(result.name) << "\">\n";
     if (result.verdict == "failed") {
-      out << "      <failure message=\"" << xml_escape(result.failure) << "\">" << xml_escape(text_summary(result))
+      out << "      <failure message=\"" << markup_escape(result.failure) << "\">" << markup_escape(text_summary(result))
           << "</failure>\n";
     } else if (result.verdict == "skipped") {
-      out << "      <skipped message=\"" << xml_escape(result.failure) << "\"/>\n";
+      out << "      <skipped message=\"" << markup_escape(result.failure) << "\"/>\n";
     }
-    out << "      <system-out>" << xml_escape(text_summary(result)) << "</system-out>\n";
+    out << "      <system-out>" << markup_escape(text_summary(result)) << "</system-out>\n";
     out << "    </testcase>\n";
   }
   out << "  </testsuite>\n</testsuites>\n";
   return out.str();
-}
-
-nlohmann::json timeline(const std::vector<ScenarioResult>& results) {
-  constexpr std::int64_t step_us = 1000;
-  nlohmann::json events = nlohmann::json::array();
-  for (std::size_t process = 0; process < results.size(); ++process) {
-    const ScenarioResult& result = results[process];
-    const auto pid = static_cast<std::int64_t>(process + 1);
-    events.push_back({{"ph", "M"}, {"pid", pid}, {"name", "process_name"}, {"args", {{"name", result.name}}}});
-    events.push_back({{"ph", "M"}, {"pid", pid}, {"tid", 0}, {"name", "thread_name"}, {"args", {{"name", "steps"}}}});
-    std::map<std::string, std::int64_t> tracks;
-    const auto track = [&](const std::string& location) {
-      const auto found = tracks.find(location);
-      if (found != tracks.end()) return found->second;
-      const auto tid = static_cast<std::int64_t>(tracks.size() + 1);
-      tracks[location] = tid;
-      events.push_back(
-          {{"ph", "M"}, {"pid", pid}, {"tid", tid}, {"name", "thread_name"}, {"args", {{"name", location}}}});
-      return tid;
-    };
-    for (const auto& step : result.steps) {
-      const auto ts = static_cast<std::int64_t>(step.index) * step_us;
-      events.push_back({{"ph", "X"},
-                        {"pid", pid},
-                        {"tid", 0},
-                        {"ts", ts},
-                        {"dur", step_us},
-                        {"name", step.kind + (step.outcome == "ok" ? "" : " [" + step.outcome + "]")},
-                        {"args",
-                         {{"line", step.line},
-                          {"outcome", step.outcome},
-                          {"message", step.message},
-                          {"virtual_ns", step.virtual_ns},
-                          {"state_version", step.state_version}}}});
-      const auto width = step_us / static_cast<std::int64_t>(std::max<std::size_t>(step.transitions.size(), 1));
-      for (std::size_t i = 0; i < step.transitions.size(); ++i) {
-        const std::string& transition = step.transitions[i];
-        // Place each transition on the track of its destination (or only) location.
-        std::string location = "values";
-        for (const auto& sample : step.locations) {
-          if (transition.find(sample.location) != std::string::npos) location = sample.location;
-        }
-        events.push_back({{"ph", "X"},
-                          {"pid", pid},
-                          {"tid", track(location)},
-                          {"ts", ts + static_cast<std::int64_t>(i) * width},
-                          {"dur", width},
-                          {"name", transition}});
-      }
-      for (const auto& sample : step.locations) {
-        track(sample.location);
-        events.push_back({{"ph", "C"},
-                          {"pid", pid},
-                          {"ts", ts + step_us},
-                          {"name", sample.location},
-                          {"args", {{"used_bytes", sample.used_bytes}, {"reserved_bytes", sample.reserved_bytes}}}});
-      }
-    }
-  }
-  return {{"traceEvents", events}, {"displayTimeUnit", "ms"}};
 }
 
 namespace {

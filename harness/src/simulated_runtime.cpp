@@ -54,10 +54,12 @@ struct SimulatedRuntime::Clock {
   struct StreamState {
     std::int64_t tail_ns = 0;
     std::vector<std::shared_ptr<SimulatedEvent>> open_events;
+    std::vector<std::size_t> open_activity;  // indices into `activity` that may still be running
   };
   mutable std::mutex mutex;
   std::int64_t now_ns = 0;
   std::int64_t events_recorded = 0;
+  std::vector<RuntimeActivity> activity;
   std::map<std::pair<int, std::int64_t>, StreamState> streams;
 
   StreamState& state(const c10::Stream& stream) { return streams[{stream.device_index(), stream.id()}]; }
@@ -172,11 +174,23 @@ ResidentValue SimulatedRuntime::do_copy_to(const ResidentValue& value, const Res
   std::vector<at::Tensor> tensors;
   tensors.reserve(value.fields().size());
   for (const auto& field : value.fields()) tensors.push_back(allocate_copy(field.second, destination));
-  if (destination.is_cuda() && options_.copy_ns_per_mib > 0) {
-    const std::int64_t mib = (value.logical_nbytes() + (1 << 20) - 1) >> 20;
+  RuntimeActivity copy;
+  copy.kind = RuntimeActivity::Kind::copy;
+  copy.destination = destination;
+  copy.bytes = value.logical_nbytes();
+  if (destination.is_cuda()) {
     const c10::Stream copy_stream = stream ? *stream : this->stream(destination.cuda_index());
-    enqueue(copy_stream, mib * options_.copy_ns_per_mib);
-    synchronize_stream(copy_stream);
+    const std::int64_t mib = (value.logical_nbytes() + (1 << 20) - 1) >> 20;
+    check_simulated_stream(copy_stream);
+    {
+      std::lock_guard lock(clock_->mutex);
+      enqueue_locked(copy_stream, mib * options_.copy_ns_per_mib, copy);
+    }
+    if (options_.copy_ns_per_mib > 0) synchronize_stream(copy_stream);
+  } else {
+    std::lock_guard lock(clock_->mutex);
+    copy.start_ns = copy.end_ns = clock_->now_ns;
+    log_locked(copy);
   }
   return value.with_tensors(std::move(tensors));
 }
@@ -198,9 +212,29 @@ void SimulatedRuntime::enqueue(const c10::Stream& stream, std::int64_t duration_
   check_simulated_stream(stream);
   if (duration_ns < 0) throw std::invalid_argument("work duration must be non-negative");
   std::lock_guard lock(clock_->mutex);
+  enqueue_locked(stream, duration_ns, RuntimeActivity{});
+}
+
+void SimulatedRuntime::enqueue_locked(const c10::Stream& stream, std::int64_t duration_ns, RuntimeActivity activity) {
   Clock::StreamState& state = clock_->state(stream);
   const std::int64_t start = std::max(state.tail_ns, clock_->now_ns);
   state.tail_ns = (duration_ns == never || start > never - duration_ns) ? never : start + duration_ns;
+  if (!options_.record_activity) return;
+  activity.device = stream.device_index();
+  activity.stream_id = stream.id();
+  activity.start_ns = start;
+  activity.end_ns = state.tail_ns;
+  if (activity.end_ns > clock_->now_ns) state.open_activity.push_back(clock_->activity.size());
+  clock_->activity.push_back(activity);
+}
+
+void SimulatedRuntime::log_locked(RuntimeActivity activity) {
+  if (options_.record_activity) clock_->activity.push_back(activity);
+}
+
+std::vector<RuntimeActivity> SimulatedRuntime::activity() const {
+  std::lock_guard lock(clock_->mutex);
+  return clock_->activity;
 }
 
 void SimulatedRuntime::advance(std::int64_t duration_ns) {
@@ -216,6 +250,12 @@ void SimulatedRuntime::complete(const c10::Stream& stream) {
   state.tail_ns = std::min(state.tail_ns, clock_->now_ns);
   for (const auto& event : state.open_events) event->completes_at_ns = std::min(event->completes_at_ns, clock_->now_ns);
   state.open_events.clear();
+  for (const std::size_t index : state.open_activity) {
+    RuntimeActivity& cut = clock_->activity[index];
+    cut.start_ns = std::min(cut.start_ns, clock_->now_ns);
+    cut.end_ns = std::min(cut.end_ns, clock_->now_ns);
+  }
+  state.open_activity.clear();
 }
 
 std::int64_t SimulatedRuntime::stream_tail_ns(const c10::Stream& stream) const {
@@ -234,8 +274,19 @@ std::shared_ptr<CompletionEvent> SimulatedRuntime::do_record_event(const c10::St
   event->stream_id = stream.id();
   event->completes_at_ns = std::max(state.tail_ns, clock_->now_ns);
   std::erase_if(state.open_events, [&](const auto& open) { return open->completes_at_ns <= clock_->now_ns; });
+  std::erase_if(state.open_activity, [&](std::size_t index) { return clock_->activity[index].end_ns <= clock_->now_ns; });
   state.open_events.push_back(event);
   clock_->events_recorded += 1;
+  RuntimeActivity recorded;
+  recorded.kind = RuntimeActivity::Kind::event;
+  recorded.device = stream.device_index();
+  recorded.stream_id = stream.id();
+  recorded.start_ns = clock_->now_ns;
+  recorded.end_ns = event->completes_at_ns;  // the span it stays incomplete
+  if (options_.record_activity && recorded.end_ns > recorded.start_ns) {
+    state.open_activity.push_back(clock_->activity.size());
+  }
+  log_locked(recorded);
   return event;
 }
 

@@ -39,6 +39,24 @@ std::string optional_bytes(const std::optional<std::int64_t>& bytes) { return by
 
 }  // namespace
 
+std::string markup_escape(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  for (const char c : text) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&#39;"; break;
+      default:
+        // Control characters are not allowed in XML 1.0 text.
+        out += static_cast<unsigned char>(c) < 0x20 && c != '\n' && c != '\t' ? ' ' : c;
+    }
+  }
+  return out;
+}
+
 std::string format_bytes(std::int64_t bytes) {
   static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   if (bytes < 1024 && bytes > -1024) return std::to_string(bytes) + " B";

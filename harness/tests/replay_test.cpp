@@ -176,8 +176,114 @@ TEST(Reporters, RenderJUnitJsonAndTimeline) {
   const nlohmann::json trace = timeline(results);
   std::set<std::string> phases;
   for (const auto& event : trace["traceEvents"]) phases.insert(event["ph"].get<std::string>());
-  EXPECT_EQ(phases, (std::set<std::string>{"M", "X", "C"}));
+  // Slices, counters, a fault instant, pending protection and stream events.
+  EXPECT_EQ(phases, (std::set<std::string>{"M", "X", "C", "i", "b", "e"}));
   EXPECT_NE(text_summary(results[0]).find("passed  streaming"), std::string::npos);
+}
+
+// A weight copied on a stream at a modelled cost, read by a kernel that runs
+// 5 us after the copy, a lease released while the kernel runs, and a fault.
+const char* const timed = R"(
+name: timed
+runtime: {cuda_devices: 1, copy_ns_per_mib: 1000}
+manager: {budgets: {cuda:0: 8MiB}}
+values:
+  w: {bytes: 2MiB, adopt_at: pinned-host, mode: replicable}
+  x: {bytes: 1MiB, adopt_at: pinned-host, mode: replicable}
+steps:
+  - ensure: {value: w, at: cuda:0, stream: {device: 0, id: 3}}
+  - acquire: {values: [w], at: cuda:0, stream: {device: 0, id: 1}, as: read}
+  - work: {stream: {device: 0, id: 1}, ns: 5000}
+  - release: {lease: read}
+  - arm: {name: no-room, operation: copy, location: cuda:0, nth: 1}
+  - ensure: {value: x, at: cuda:0}
+    expect: {error: out_of_memory}
+  - advance: {ns: 6000}
+  - snapshot:
+    expect: {locations: {cuda:0: {pending: 0}}}
+)";
+
+// The events of `trace` on the track named `track` of process 1.
+std::vector<nlohmann::json> on_track(const nlohmann::json& trace, const std::string& track) {
+  std::optional<std::int64_t> tid;
+  for (const auto& event : trace["traceEvents"]) {
+    if (event["ph"] == "M" && event["name"] == "thread_name" && event["args"]["name"] == track) tid = event["tid"];
+  }
+  std::vector<nlohmann::json> events;
+  for (const auto& event : trace["traceEvents"]) {
+    if (tid && event["ph"] != "M" && event.contains("tid") && event["tid"] == *tid) events.push_back(event);
+  }
+  return events;
+}
+
+void expect_slice(const nlohmann::json& event, const std::string& name, double ts_us, double dur_us) {
+  EXPECT_EQ(event["ph"], "X");
+  EXPECT_EQ(event["name"], name);
+  EXPECT_DOUBLE_EQ(event["ts"].get<double>(), ts_us) << name;
+  EXPECT_DOUBLE_EQ(event["dur"].get<double>(), dur_us) << name;
+}
+
+TEST(Reporters, TimelineRunsOnVirtualTimeWithStreamsProtectionAndFaults) {
+  const ScenarioResult result = replay(parse_scenario(timed, "timed.yaml"));
+  ASSERT_EQ(result.verdict, "passed") << result.failure;
+  const nlohmann::json trace = timeline({result});
+  // The 2 MiB copy on stream 3: 2000 ns from the start.
+  const auto copies = on_track(trace, "cuda:0 stream 3");
+  ASSERT_EQ(copies.size(), 1u);
+  expect_slice(copies[0], "copy 2.0 MiB -> cuda:0", 0.0, 2.0);
+  // The kernel starts when the copy is done (the clock waited for it) and
+  // runs 5 us; the lease's event is recorded behind it.
+  const auto kernel = on_track(trace, "cuda:0 stream 1");
+  ASSERT_EQ(kernel.size(), 2u);
+  expect_slice(kernel[0], "work", 2.0, 5.0);
+  EXPECT_EQ(kernel[1]["ph"], "i");
+  EXPECT_DOUBLE_EQ(kernel[1]["args"]["completes_at_us"].get<double>(), 7.0);
+  // The transition, timed, on its destination's track, in value names.
+  const auto transitions = on_track(trace, "cuda:0");
+  ASSERT_FALSE(transitions.empty());
+  expect_slice(transitions[0], "ensure w at cuda:0", 0.0, 2.0);
+  // Pending protection of w: from the release until the snapshot after the advance.
+  std::vector<nlohmann::json> pending;
+  for (const auto& event : trace["traceEvents"]) {
+    if ((event["ph"] == "b" || event["ph"] == "e") && event["name"] == "pending w") pending.push_back(event);
+  }
+  ASSERT_EQ(pending.size(), 2u);
+  EXPECT_EQ(pending[0]["ph"], "b");
+  EXPECT_EQ(pending[0]["id"], pending[1]["id"]);
+  EXPECT_DOUBLE_EQ(pending[0]["ts"].get<double>(), 2.0);
+  EXPECT_DOUBLE_EQ(pending[1]["ts"].get<double>(), 8.0);
+  // The fault as an instant at its virtual time, and counters with the budget.
+  const auto faults = on_track(trace, "faults");
+  ASSERT_EQ(faults.size(), 1u);
+  EXPECT_EQ(faults[0]["name"], "fault no-room (copy)");
+  EXPECT_DOUBLE_EQ(faults[0]["ts"].get<double>(), 2.0);
+  bool budget_counter = false;
+  for (const auto& event : trace["traceEvents"]) {
+    if (event["ph"] == "C" && event["name"] == "cuda:0 bytes" && event["args"].contains("budget_bytes")) {
+      budget_counter = event["args"]["budget_bytes"] == 8 << 20;
+    }
+  }
+  EXPECT_TRUE(budget_counter);
+}
+
+TEST(Reporters, HtmlReportIsSelfContainedWithChartsFaultsAndSteps) {
+  std::vector<ScenarioResult> results{replay(parse_scenario(timed, "timed.yaml"))};
+  results.push_back(replay(parse_scenario("name: broken <b>\nvalues:\n  a: {bytes: 1KiB, adopt_at: pageable-host}\n"
+                                          "steps:\n  - drop: {value: a, at: pageable-host}\n",
+                                          "broken.yaml")));
+  const std::string html = html_report(results);
+  EXPECT_EQ(html.rfind("<!DOCTYPE html>", 0), 0u);
+  EXPECT_EQ(html.find("http:"), std::string::npos);  // nothing fetched or linked
+  EXPECT_EQ(html.find("https:"), std::string::npos);
+  EXPECT_EQ(html.find("src="), std::string::npos);
+  EXPECT_NE(html.find("1 passed, 1 failed, 0 skipped"), std::string::npos);
+  EXPECT_NE(html.find("cuda:0: bytes over virtual time"), std::string::npos);
+  EXPECT_NE(html.find("<title>budget 8.0 MiB</title>"), std::string::npos);
+  EXPECT_NE(html.find("<title>fault no-room (copy) at step 5"), std::string::npos);
+  EXPECT_NE(html.find("<td>ensure w at cuda:0</td>"), std::string::npos);
+  EXPECT_NE(html.find("broken &lt;b&gt;"), std::string::npos);  // names are escaped
+  EXPECT_EQ(html.find("broken <b>"), std::string::npos);
+  EXPECT_NE(html.find("<tr class=\"failed\">"), std::string::npos);
 }
 
 }  // namespace

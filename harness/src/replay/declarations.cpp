@@ -30,10 +30,14 @@ c10::Stream Declarations::stream(const StreamRef& ref) {
 
 ResidencyAction Declarations::action(const ActionDecl& decl) const {
   switch (decl.kind) {
-    case ActionKind::ensure: return EnsureResident{handle(decl.value), decl.location};
-    case ActionKind::move: return MoveResident{handle(decl.value), decl.location, decl.from};
-    case ActionKind::drop: return DropResident{handle(decl.value), decl.location};
-    case ActionKind::discard: return DiscardValue{handle(decl.value)};
+    case ActionKind::ensure:
+      return EnsureResident{handle(decl.value), decl.location};
+    case ActionKind::move:
+      return MoveResident{handle(decl.value), decl.location, decl.from};
+    case ActionKind::drop:
+      return DropResident{handle(decl.value), decl.location};
+    case ActionKind::discard:
+      return DiscardValue{handle(decl.value)};
   }
   return DiscardValue{handle(decl.value)};
 }

@@ -81,6 +81,7 @@ RuntimeStack build_runtime(const Scenario& scenario, const std::string& runtime,
     options.capacity_bytes = scenario.capacity;
     options.can_pin = scenario.can_pin;
     options.copy_ns_per_mib = scenario.copy_ns_per_mib;
+    options.record_activity = true;  // for the timeline and the HTML report
     stack.simulated = std::make_shared<SimulatedRuntime>(options);
     base = stack.simulated;
   } else {

@@ -32,13 +32,13 @@ std::int64_t name_seed(const std::string& name) {
   return seed;
 }
 
-
 }  // namespace
 
 ResidentValue expected_value(const ValueDecl& decl, std::int64_t elements) {
   if (decl.virtual_payload) {
     // One element broadcast to the declared size: O(1) to create, copy and compare.
-    const at::Tensor element = at::full({1}, name_seed(decl.name) % 251, at::TensorOptions().dtype(scalar_type(decl.dtype)));
+    const at::Tensor element =
+        at::full({1}, name_seed(decl.name) % 251, at::TensorOptions().dtype(scalar_type(decl.dtype)));
     return ResidentValue(decl.type_name, {{"data", element.expand({elements})}}, {{"name", decl.name}});
   }
   const at::Tensor data = at::arange(elements, at::TensorOptions().dtype(at::kLong))
@@ -74,7 +74,8 @@ ResidencyHandle ScenarioValues::create(ResidencyManager& manager, const ValueDec
   }
   const std::int64_t charge = decl.elements * c10::elementSize(scalar_type(decl.dtype));
   const ResidencyValueSpec spec(decl.type_name, charge, charge, decl.mode, Recoverability::reconstructible);
-  return manager.register_source(spec, [this, &manager, decl] { return load(manager, decl); }, decl.at);
+  return manager.register_source(
+      spec, [this, &manager, decl] { return load(manager, decl); }, decl.at);
 }
 
 ResidentValue ScenarioValues::load(ResidencyManager& manager, const ValueDecl& decl) {
@@ -82,8 +83,8 @@ ResidentValue ScenarioValues::load(ResidencyManager& manager, const ValueDecl& d
   const std::string rule = "source:" + decl.name;
   if (decl.fail_on_load && *decl.fail_on_load == count) {
     log_(rule, "load", count, "load " + std::to_string(count) + " of '" + decl.name + "' fails");
-    throw InjectedSourceFailure(rule, "injected source failure: load " + std::to_string(count) + " of '" +
-                                          decl.name + "'");
+    throw InjectedSourceFailure(rule,
+                                "injected source failure: load " + std::to_string(count) + " of '" + decl.name + "'");
   }
   if (decl.reenter_on_load && *decl.reenter_on_load == count) {
     // A callback that calls back into the manager: the manager must refuse

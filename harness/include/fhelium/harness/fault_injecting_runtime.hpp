@@ -68,6 +68,7 @@ struct FiredFault {
   FaultEffect effect;
   std::int64_t call_index;  // 1-based index among calls matching the rule
   std::string detail;
+  std::int64_t at_ns = 0;   // the upstream runtime's clock when it fired
 };
 
 // Mixin tag carried by every injected exception.

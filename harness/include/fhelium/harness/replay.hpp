@@ -29,18 +29,52 @@ struct ReplayOptions {
   std::function<void(std::size_t, std::size_t)> progress;
 };
 
+// Times below are virtual nanoseconds since the start of the run.
+
 struct FiredFaultRecord {
   std::string rule;
   std::string operation;
   std::int64_t call_index = 0;
   std::size_t step = 0;
   std::string detail;
+  std::int64_t virtual_ns = 0;
 };
 
 struct LocationSample {
   std::string location;
   std::int64_t used_bytes = 0;
   std::int64_t reserved_bytes = 0;
+  std::optional<std::int64_t> budget_bytes;
+  std::int64_t peak_charged_bytes = 0;
+};
+
+// One transition a step completed, as the manager's trace timed it.
+struct TransitionSpan {
+  std::string description;  // in value names, as in StepRecord::transitions
+  std::string location;     // its destination, else its source; "values" for a discard
+  std::int64_t start_ns = 0;
+  std::int64_t end_ns = 0;
+};
+
+// A materialization protected after a step: read by leases, held, or
+// waiting for completion events.
+struct ProtectionSample {
+  std::string value;
+  std::string location;
+  std::int64_t uses = 0;
+  std::int64_t holds = 0;
+  std::int64_t pending_events = 0;
+};
+
+// A copy, a piece of stream work or a completion event on the simulated
+// runtime (none on the torch runtime).
+struct StreamSlice {
+  std::string kind;         // "copy", "work" or "event"
+  std::string stream;       // "cuda:N stream K", or "host copies"
+  std::string destination;  // copies only
+  std::int64_t bytes = 0;   // copies only
+  std::int64_t start_ns = 0;
+  std::optional<std::int64_t> end_ns;  // absent while it never ends
 };
 
 struct StepRecord {
@@ -49,10 +83,13 @@ struct StepRecord {
   std::string kind;
   std::string outcome;  // "ok", "no-op" or the error kind
   std::string message;  // error message or report reason
-  std::int64_t virtual_ns = 0;
+  std::int64_t started_ns = 0;  // virtual time when the step began
+  std::int64_t virtual_ns = 0;  // and when it ended
   std::uint64_t state_version = 0;
   std::vector<std::string> transitions;  // described actions completed by this step
+  std::vector<TransitionSpan> spans;     // the same transitions, timed
   std::vector<LocationSample> locations;  // accounting after the step
+  std::vector<ProtectionSample> protections;  // protected materializations after the step
 };
 
 struct ScenarioResult {
@@ -72,6 +109,7 @@ struct ScenarioResult {
   std::map<std::string, std::int64_t> error_paths;  // error kind reached -> times
   std::vector<std::pair<std::string, std::int64_t>> peak_charged;  // final peak per location
   std::vector<StepRecord> steps;
+  std::vector<StreamSlice> stream_activity;
   // The last snapshot the run took (absent when the manager was closed or
   // never built), with value handles named by the scenario's value names.
   std::optional<residency::ResidencySnapshot> final_snapshot;

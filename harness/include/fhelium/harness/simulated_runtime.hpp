@@ -23,6 +23,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <vector>
 
 #include "fhelium/residency/runtime.hpp"
 
@@ -48,6 +49,24 @@ struct SimulatedRuntimeOptions {
   // the reference's time_ns() values while staying deterministic.
   static constexpr std::int64_t default_start_ns = 1'700'000'000'000'000'000;
   std::int64_t start_ns = default_start_ns;
+  // Keep a log of copies, stream work and recorded events (activity()), for
+  // timelines. Off by default: the log grows with every copy.
+  bool record_activity = false;
+};
+
+// One thing the runtime did on virtual time.
+struct RuntimeActivity {
+  enum class Kind { copy, work, event };
+  Kind kind = Kind::work;
+  int device = -1;             // the stream's device; -1 for a host copy, which uses no stream
+  std::int64_t stream_id = 0;  // 0 is the device's default stream
+  ResidencyLocation destination;  // copies: where to
+  std::int64_t bytes = 0;         // copies: logical bytes copied
+  std::int64_t start_ns = 0;  // events: when recorded
+  // When it ends (events: when they complete); SimulatedRuntime::never while
+  // stalled, start_ns for instant copies. complete() cuts work and events
+  // short at the time it is called.
+  std::int64_t end_ns = 0;
 };
 
 class SimulatedRuntime final : public residency::DeviceRuntime {
@@ -74,6 +93,9 @@ class SimulatedRuntime final : public residency::DeviceRuntime {
   std::int64_t live_bytes(const ResidencyLocation& location) const;
   // Number of events recorded so far.
   std::int64_t events_recorded() const;
+  // Everything logged so far, in the order it happened (empty unless
+  // record_activity is set).
+  std::vector<RuntimeActivity> activity() const;
 
  private:
   struct Registry;
@@ -91,6 +113,10 @@ class SimulatedRuntime final : public residency::DeviceRuntime {
   void do_synchronize_stream(const c10::Stream& stream) override;
   std::optional<residency::AllocatorStats> do_allocator_stats(const c10::Device& device) override;
   std::int64_t do_now_ns() override;
+
+  // Enqueues `duration_ns` of work on `stream`, logged as `activity`; the clock lock is held.
+  void enqueue_locked(const c10::Stream& stream, std::int64_t duration_ns, RuntimeActivity activity);
+  void log_locked(RuntimeActivity activity);
 
   at::Tensor allocate_copy(const at::Tensor& tensor, const ResidencyLocation& destination);
   void check_simulated_stream(const c10::Stream& stream) const;

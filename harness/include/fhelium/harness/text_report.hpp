@@ -11,6 +11,8 @@ namespace fhelium::harness {
 
 // "1.5 KiB"-style rendering of a byte count (exact bytes below 1 KiB).
 std::string format_bytes(std::int64_t bytes);
+// `text` safe inside XML or HTML text and attribute values.
+std::string markup_escape(const std::string& text);
 // One table of locations (budget, used, reserved, remaining, peaks, counts)
 // and one of values (handle, type, mode, materializations).
 std::string format_snapshot(const residency::ResidencySnapshot& snapshot);
