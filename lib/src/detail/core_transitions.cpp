@@ -4,6 +4,7 @@
 
 #include "detail/check.hpp"
 #include "detail/manager_core.hpp"
+#include "detail/transition_rules.hpp"
 #include "fhelium/residency/errors.hpp"
 
 namespace fhelium::residency::detail {
@@ -13,6 +14,38 @@ namespace {
 std::string value_name(const ValueRecord& record) {
   return "value '" + record.handle.handle_id + "' (" + record.spec.value_type + ")";
 }
+
+// A value's real state, as the transition rules see it (after reaping, so
+// protection is exactly the counts).
+class RecordView {
+ public:
+  explicit RecordView(const ValueRecord& record) : record_(record) {}
+  const ValueRecord& record() const { return record_; }
+  bool resident(const ResidencyLocation& location) const { return record_.at(location) != nullptr; }
+  std::size_t count() const { return record_.materializations.size(); }
+  std::optional<ResidencyLocation> first(const std::optional<ResidencyLocation>& exclude) const {
+    std::optional<ResidencyLocation> best;
+    for (const auto& item : record_.materializations) {
+      if (exclude && item.location == *exclude) continue;
+      if (!best || item.location < *best) best = item.location;
+    }
+    return best;
+  }
+  bool protected_at(const ResidencyLocation& location) const {
+    const Materialization* item = record_.at(location);
+    return item != nullptr && item->is_protected();
+  }
+  std::vector<ResidencyLocation> protected_locations() const {
+    std::vector<ResidencyLocation> result;
+    for (const auto& item : record_.materializations) {
+      if (item.is_protected()) result.push_back(item.location);
+    }
+    return result;
+  }
+
+ private:
+  const ValueRecord& record_;
+};
 
 }  // namespace
 
@@ -92,25 +125,14 @@ ResidencyTransitionReport ManagerCore::execute_action_locked(const ResidencyActi
       action);
   const auto allocator_device = allocator_device_for(action, record);
   const auto before = sample_allocator_locked(allocator_device);
-  std::optional<ResidencyLocation> source;
-  std::optional<ResidencyLocation> destination;
-  std::optional<std::string> no_op_reason;
-  if (const auto* ensure = std::get_if<EnsureResident>(&action)) {
-    destination = ensure->location;
-    ensure_locked(record, *ensure, stream, source, no_op_reason);
-  } else if (const auto* move = std::get_if<MoveResident>(&action)) {
-    destination = move->to;
-    move_locked(record, *move, stream, source, no_op_reason);
-  } else if (const auto* drop = std::get_if<DropResident>(&action)) {
-    source = drop->location;
-    drop_locked(record, *drop, no_op_reason);
-  } else {
-    discard_locked(record);
-  }
+  const TransitionDecision decision = decide_transition(action, RecordView(record));
+  if (decision.refused()) raise_refusal_locked(record, decision);
+  if (!decision.changes_nothing()) apply_locked(record, decision, stream);
   const auto after = sample_allocator_locked(allocator_device);
-  ResidencyTransitionReport report(action, no_op_reason.has_value(), source, destination, record.spec.logical_nbytes,
-                                   record.spec.storage_nbytes, started, clock_locked(), allocator_device, before.first,
-                                   before.second, after.first, after.second, no_op_reason);
+  ResidencyTransitionReport report(
+      action, decision.changes_nothing(), decision.source, decision.destination, record.spec.logical_nbytes,
+      record.spec.storage_nbytes, started, clock_locked(), allocator_device, before.first, before.second, after.first,
+      after.second, decision.no_op ? std::optional<std::string>(decision.no_op) : std::nullopt);
   if (trace_capacity_ > 0) {
     if (trace_.size() == trace_capacity_) trace_.pop_front();
     trace_.push_back(report);
@@ -118,81 +140,44 @@ ResidencyTransitionReport ManagerCore::execute_action_locked(const ResidencyActi
   return report;
 }
 
-void ManagerCore::ensure_locked(ValueRecord& record, const EnsureResident& action,
-                                const std::optional<c10::Stream>& stream, std::optional<ResidencyLocation>& source,
-                                std::optional<std::string>& no_op_reason) {
-  if (record.at(action.location) != nullptr) {
-    no_op_reason = "destination already resident";
-    return;
+void ManagerCore::raise_refusal_locked(const ValueRecord& record, const TransitionDecision& decision) const {
+  switch (decision.refusal) {
+    case Refusal::none: return;
+    case Refusal::exclusive_replica:
+      throw ResidencyOwnershipError("EnsureResident would replicate EXCLUSIVE " + value_name(record) + " at " +
+                                    decision.destination->name() + "; use MoveResident");
+    case Refusal::no_source:
+      throw ResidencyUnavailableError(value_name(record) + " has no materialization and no reconstruction source");
+    case Refusal::explicit_source_absent:
+      throw ResidencyUnavailableError("Explicit source " + decision.refused_at->name() + " of " + value_name(record) +
+                                      " is not resident");
+    case Refusal::final_must_preserve:
+      throw ResidencyOwnershipError("cannot drop the final MUST_PRESERVE materialization of " + value_name(record) +
+                                    " at " + decision.refused_at->name() + "; discard the value instead");
+    case Refusal::source_protected:
+    case Refusal::target_protected:
+    case Refusal::discard_protected:
+      require_removable_locked(record, *record.at(*decision.refused_at));
   }
-  if (record.spec.replica_mode == ReplicaMode::exclusive && !record.materializations.empty()) {
-    throw ResidencyOwnershipError("EnsureResident would replicate EXCLUSIVE " + value_name(record) + " at " +
-                                  action.location.name() + "; use MoveResident");
-  }
-  TransferSource from = resolve_transfer_source_locked(record);
-  source = from.location;
-  materialize_locked(record, std::move(from), action.location, stream, false);
+  FHELIUM_CHECK(false, "a refused transition raised nothing");
 }
 
-void ManagerCore::move_locked(ValueRecord& record, const MoveResident& action,
-                              const std::optional<c10::Stream>& stream, std::optional<ResidencyLocation>& source,
-                              std::optional<std::string>& no_op_reason) {
-  std::optional<ResidencyLocation> chosen;
-  if (action.from_location) {
-    if (record.at(*action.from_location) == nullptr) {
-      throw ResidencyUnavailableError("Explicit source " + action.from_location->name() + " of " +
-                                      value_name(record) + " is not resident");
-    }
-    chosen = action.from_location;
-  } else {
-    chosen = select_source(record, action.to);
-  }
-  if (record.at(action.to) != nullptr) {
-    if (!chosen || *chosen == action.to) {
-      // As in the reference, an explicit source equal to the destination is
-      // reported as the source; an implicit one has none.
-      source = chosen;
-      no_op_reason = "destination already owns the selected replica";
-      return;
-    }
-    // Moving onto an existing replica only removes the source.
-    require_removable_locked(record, *record.at(*chosen));
-    source = chosen;
-    remove_materialization_locked(record, *chosen);
+void ManagerCore::apply_locked(ValueRecord& record, const TransitionDecision& decision,
+                               const std::optional<c10::Stream>& stream) {
+  if (decision.discard) {
+    discard_locked(record);
     return;
   }
-  if (chosen) {
-    const Materialization& item = *record.at(*chosen);
-    require_removable_locked(record, item);
-    source = chosen;
-    const ResidentValue value = item.value;
-    materialize_locked(record, TransferSource{*chosen, value, false}, action.to, stream, true);
-    remove_materialization_locked(record, *chosen);
-    return;
+  if (decision.install) {
+    TransferSource from = decision.load
+                              ? load_locked(record)
+                              : TransferSource{*decision.source, record.at(*decision.source)->value, false};
+    materialize_locked(record, std::move(from), *decision.destination, stream, decision.exclusive_transition);
   }
-  // Never loaded: reconstruct and keep only the destination.
-  TransferSource from = resolve_transfer_source_locked(record);
-  source = from.location;
-  materialize_locked(record, std::move(from), action.to, stream, true);
-}
-
-void ManagerCore::drop_locked(ValueRecord& record, const DropResident& action,
-                              std::optional<std::string>& no_op_reason) {
-  const Materialization* item = record.at(action.location);
-  if (item == nullptr) {
-    no_op_reason = "materialization already absent";
-    return;
-  }
-  require_removable_locked(record, *item);
-  if (record.materializations.size() == 1 && record.source == nullptr) {
-    throw ResidencyOwnershipError("cannot drop the final MUST_PRESERVE materialization of " + value_name(record) +
-                                  " at " + action.location.name() + "; discard the value instead");
-  }
-  remove_materialization_locked(record, action.location);
+  if (decision.remove) remove_materialization_locked(record, *decision.remove);
 }
 
 void ManagerCore::discard_locked(ValueRecord& record) {
-  for (const auto& item : record.materializations) require_removable_locked(record, item);
   while (!record.materializations.empty()) {
     remove_materialization_locked(record, record.materializations.back().location);
   }
@@ -264,23 +249,7 @@ void ManagerCore::require_removable_locked(const ValueRecord& record, const Mate
                             ", pending_events=" + std::to_string(item.pending_count));
 }
 
-std::optional<ResidencyLocation> ManagerCore::select_source(const ValueRecord& record,
-                                                            const std::optional<ResidencyLocation>& exclude) {
-  std::optional<ResidencyLocation> best;
-  for (const auto& item : record.materializations) {
-    if (exclude && item.location == *exclude) continue;
-    if (!best || item.location < *best) best = item.location;
-  }
-  return best;
-}
-
-TransferSource ManagerCore::resolve_transfer_source_locked(ValueRecord& record) {
-  if (const auto existing = select_source(record, std::nullopt)) {
-    return TransferSource{*existing, record.at(*existing)->value, false};
-  }
-  if (!record.source) {
-    throw ResidencyUnavailableError(value_name(record) + " has no materialization and no reconstruction source");
-  }
+TransferSource ManagerCore::load_locked(ValueRecord& record) {
   const ResidencyLocation location = *record.source_location;
   const std::int64_t charge = record.spec.storage_nbytes;
   ledger_.check_admission(location, charge);

@@ -83,6 +83,22 @@ void LocationLedger::remove_reserved(const ResidencyLocation& location, std::int
   state.reserved_bytes -= bytes;
 }
 
+LocationLedger LocationLedger::shadow() const {
+  LocationLedger copy = *this;
+  for (auto& state : copy.accounts_) {
+    state.peak_used_bytes = state.used_bytes;
+    state.peak_charged_bytes = state.used_bytes + state.reserved_bytes;
+  }
+  return copy;
+}
+
+void LocationLedger::note_refused_charge(const ResidencyLocation& location, std::int64_t bytes) {
+  LocationAccount& state = account(location);
+  std::int64_t total = 0;
+  if (__builtin_add_overflow(state.used_bytes + state.reserved_bytes, bytes, &total)) return;
+  state.peak_charged_bytes = std::max(state.peak_charged_bytes, total);
+}
+
 void LocationLedger::clear_charges() {
   for (auto& state : accounts_) {
     state.used_bytes = 0;

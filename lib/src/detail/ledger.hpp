@@ -49,6 +49,14 @@ class LocationLedger {
   // Zeroes used and reserved charges (manager close); peaks stay.
   void clear_charges();
 
+  // A copy for dry runs (explain): the same budgets and charges, with each
+  // peak lowered to the current charge, so that its peaks afterwards are
+  // what the dry run would reach from now on.
+  LocationLedger shadow() const;
+  // Raises the charged peak of `location` to its charge plus `bytes`, for a
+  // dry-run charge that was refused; nothing when that sum is unrepresentable.
+  void note_refused_charge(const ResidencyLocation& location, std::int64_t bytes);
+
   const std::vector<LocationAccount>& accounts() const { return accounts_; }
 
  private:

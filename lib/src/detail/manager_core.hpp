@@ -1,9 +1,11 @@
 // ManagerCore: the shared state behind ResidencyManager and its lifetimes.
 //
 // The core composes the location ledger, the value table and the lifetime
-// tables under one state lock, and implements each public operation. Its
-// methods are split over several sources by job: transitions, lifetimes,
-// plans, explain (plan simulation) and observation. Public entry points take
+// tables under one state lock, and implements each public operation. What an
+// action does to a value is decided once, by the transition rules
+// (transition_rules.hpp), for execution and for explain alike. The methods
+// are split over several sources by job: transitions, lifetimes, plans,
+// explain (plan simulation) and observation. Public entry points take
 // the lock through StateAccess; *_locked helpers require it held.
 #pragma once
 
@@ -22,6 +24,7 @@
 #include <vector>
 
 #include "detail/ledger.hpp"
+#include "detail/transition_rules.hpp"
 #include "detail/value_table.hpp"
 #include "fhelium/residency/manager.hpp"
 #include "fhelium/residency/runtime.hpp"
@@ -147,11 +150,10 @@ class ManagerCore {
   // Transitions (core_transitions.cpp).
   ResidencyTransitionReport execute_action_locked(const ResidencyAction& action,
                                                   const std::optional<c10::Stream>& stream);
-  void ensure_locked(ValueRecord& record, const EnsureResident& action, const std::optional<c10::Stream>& stream,
-                     std::optional<ResidencyLocation>& source, std::optional<std::string>& no_op_reason);
-  void move_locked(ValueRecord& record, const MoveResident& action, const std::optional<c10::Stream>& stream,
-                   std::optional<ResidencyLocation>& source, std::optional<std::string>& no_op_reason);
-  void drop_locked(ValueRecord& record, const DropResident& action, std::optional<std::string>& no_op_reason);
+  // Throws the error a refused decision stands for.
+  void raise_refusal_locked(const ValueRecord& record, const TransitionDecision& decision) const;
+  // Carries out a decision the rules made (not a no-op, not refused).
+  void apply_locked(ValueRecord& record, const TransitionDecision& decision, const std::optional<c10::Stream>& stream);
   void discard_locked(ValueRecord& record);
   void materialize_locked(ValueRecord& record, TransferSource source, const ResidencyLocation& destination,
                           const std::optional<c10::Stream>& stream, bool allow_exclusive_transition);
@@ -159,9 +161,9 @@ class ManagerCore {
                       bool allow_exclusive_transition);
   void remove_materialization_locked(ValueRecord& record, const ResidencyLocation& location);
   void require_removable_locked(const ValueRecord& record, const Materialization& item) const;
-  TransferSource resolve_transfer_source_locked(ValueRecord& record);
-  static std::optional<ResidencyLocation> select_source(const ValueRecord& record,
-                                                        const std::optional<ResidencyLocation>& exclude);
+  // Reconstructs the value from its source under a temporary charge at the
+  // source location, held until the returned source is used.
+  TransferSource load_locked(ValueRecord& record);
   void validate_materialization_locked(const ResidencyValueSpec& spec, const ResidentValue& value,
                                        const ResidencyLocation& location) const;
   std::optional<c10::Device> allocator_device_for(const ResidencyAction& action, const ValueRecord& record) const;

@@ -1,0 +1,151 @@
+// The transition rules, written once: what one action does to one value,
+// decided from a view of that value's state. Execution decides through
+// decide_transition against the real records, explain against its shadow of
+// them, so the two cannot disagree about the source, the no-op, the refusal,
+// the reconstruction or what is installed and removed; each then applies the
+// decision its own way (copies and charges, or shadow charges and a reason).
+//
+// A View provides:
+//   const ValueRecord& record() const;           // spec and registered source
+//   bool resident(const ResidencyLocation&) const;
+//   std::size_t count() const;                  // materializations
+//   // the smallest resident location other than `exclude`
+//   std::optional<ResidencyLocation> first(const std::optional<ResidencyLocation>& exclude) const;
+//   bool protected_at(const ResidencyLocation&) const;  // resident and protected
+//   std::vector<ResidencyLocation> protected_locations() const;  // in insertion order
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "detail/value_table.hpp"
+#include "fhelium/residency/plan.hpp"
+
+namespace fhelium::residency::detail {
+
+enum class Refusal : std::uint8_t {
+  none,
+  exclusive_replica,       // ensure would give an EXCLUSIVE value a second materialization
+  no_source,               // nothing resident and no registered source
+  explicit_source_absent,  // a move's explicit source is not resident
+  source_protected,        // a move's source is protected
+  target_protected,        // a drop's materialization is protected
+  final_must_preserve,     // a drop would lose the only copy of a MUST_PRESERVE value
+  discard_protected,       // a discarded value is protected somewhere
+};
+
+struct TransitionDecision {
+  std::optional<ResidencyLocation> source;       // as reported
+  std::optional<ResidencyLocation> destination;  // as reported
+  const char* no_op = nullptr;                   // the reason, when the action changes nothing
+  Refusal refusal = Refusal::none;
+  std::optional<ResidencyLocation> refused_at;   // the protected or absent location
+  bool load = false;     // reconstruct from the registered source at *source (a temporary charge there)
+  bool install = false;  // materialize at *destination from *source
+  bool exclusive_transition = false;  // a move: its destination may briefly coexist with its source
+  std::optional<ResidencyLocation> remove;  // removed after any install
+  bool discard = false;  // every materialization and the source go
+
+  bool changes_nothing() const { return no_op != nullptr; }
+  bool refused() const { return refusal != Refusal::none; }
+};
+
+template <class View>
+TransitionDecision decide_transition(const ResidencyAction& action, const View& value) {
+  const ValueRecord& record = value.record();
+  const std::optional<ResidencyLocation> registered_source =
+      record.source ? record.source_location : std::optional<ResidencyLocation>();
+  TransitionDecision decision;
+  if (const auto* ensure = std::get_if<EnsureResident>(&action)) {
+    decision.destination = ensure->location;
+    if (value.resident(ensure->location)) {
+      decision.no_op = "destination already resident";
+    } else if (record.spec.replica_mode == ReplicaMode::exclusive && value.count() > 0) {
+      decision.refusal = Refusal::exclusive_replica;
+    } else if (value.count() > 0) {
+      decision.source = value.first(std::nullopt);
+      decision.install = true;
+    } else if (registered_source) {
+      decision.source = registered_source;
+      decision.load = decision.install = true;
+    } else {
+      decision.refusal = Refusal::no_source;
+    }
+    return decision;
+  }
+  if (const auto* move = std::get_if<MoveResident>(&action)) {
+    decision.destination = move->to;
+    std::optional<ResidencyLocation> chosen;
+    if (move->from_location) {
+      if (!value.resident(*move->from_location)) {
+        decision.source = move->from_location;
+        decision.refusal = Refusal::explicit_source_absent;
+        decision.refused_at = move->from_location;
+        return decision;
+      }
+      chosen = move->from_location;
+    } else {
+      chosen = value.first(move->to);
+    }
+    decision.source = chosen;
+    if (chosen && value.protected_at(*chosen) && !(value.resident(move->to) && *chosen == move->to)) {
+      decision.refusal = Refusal::source_protected;
+      decision.refused_at = chosen;
+      return decision;
+    }
+    if (value.resident(move->to)) {
+      // An explicit source equal to the destination stays reported as the
+      // source; an implicit one has none. Onto an existing replica, a move
+      // only removes its source.
+      if (!chosen || *chosen == move->to) {
+        decision.no_op = "destination already owns the selected replica";
+      } else {
+        decision.remove = chosen;
+      }
+      return decision;
+    }
+    if (chosen) {
+      decision.install = decision.exclusive_transition = true;
+      decision.remove = chosen;
+      return decision;
+    }
+    // Never loaded: reconstruct and keep only the destination.
+    decision.source = registered_source;
+    if (!registered_source) {
+      decision.refusal = Refusal::no_source;
+      return decision;
+    }
+    decision.load = decision.install = decision.exclusive_transition = true;
+    return decision;
+  }
+  if (const auto* drop = std::get_if<DropResident>(&action)) {
+    decision.source = drop->location;
+    if (!value.resident(drop->location)) {
+      decision.no_op = "materialization already absent";
+    } else if (value.protected_at(drop->location)) {
+      decision.refusal = Refusal::target_protected;
+      decision.refused_at = drop->location;
+    } else if (value.count() == 1 && !record.source) {
+      decision.refusal = Refusal::final_must_preserve;
+      decision.refused_at = drop->location;
+    } else {
+      decision.remove = drop->location;
+    }
+    return decision;
+  }
+  const std::vector<ResidencyLocation> protected_places = value.protected_locations();
+  if (!protected_places.empty()) {
+    decision.refusal = Refusal::discard_protected;
+    decision.refused_at = protected_places.front();
+  } else {
+    decision.discard = true;
+  }
+  return decision;
+}
+
+// The reason explain reports for a refused decision (the reference's words).
+std::string refusal_reason(const TransitionDecision& decision, const std::vector<ResidencyLocation>& protected_places);
+
+}  // namespace fhelium::residency::detail
