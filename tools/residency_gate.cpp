@@ -159,6 +159,9 @@ class Gate {
           measured <= ratio.get<double>() * tolerance);
     }
     for (const auto& [name, limit] : thresholds_.at("complexity").items()) scaling(runs, name, limit);
+    if (thresholds_.contains("targets")) {
+      for (const auto& target : thresholds_.at("targets")) absolute(ns_per_item, target);
+    }
     movement(runs);
     contention(runs);
   }
@@ -197,6 +200,47 @@ class Gate {
     const double maximum = limit.value("max_exponent", 1.15);
     add("complexity " + name, "O(N^" + fixed(exponent) + ")",
         limit.value("class", std::string("N")) + " (exponent <= " + fixed(maximum) + ")", exponent <= maximum);
+  }
+
+  // An absolute per-item target on this machine class: `max_ns` for
+  // `benchmark`, counted above `above` (times `above_share`, the part of each
+  // item that is that operation) when given; or, failing that, within
+  // `within_ns` of `or_within_ns_of`.
+  template <class Lookup>
+  void absolute(const Lookup& ns_per_item, const json& target) {
+    const std::string name = target.at("benchmark").get<std::string>();
+    const double max_ns = target.at("max_ns").get<double>();
+    const auto value = ns_per_item(name);
+    if (!value) {
+      add("target " + name, "missing", "present", false);
+      return;
+    }
+    double measured = *value;
+    std::string what = fixed(*value, 1) + " ns/item";
+    std::string threshold = "<= " + fixed(max_ns, 0) + " ns";
+    if (target.contains("above")) {
+      const std::string base = target.at("above").get<std::string>();
+      const double share = target.value("above_share", 1.0);
+      const auto base_ns = ns_per_item(base);
+      if (!base_ns) {
+        add("target " + name, "missing " + base, "present", false);
+        return;
+      }
+      measured = *value - share * *base_ns;
+      what += ", " + fixed(measured, 1) + " ns above " + (share == 1.0 ? "" : fixed(share) + " x ") + base;
+      threshold += " above " + base;
+    }
+    bool passed = measured <= max_ns;
+    if (!passed && target.contains("or_within_ns_of")) {
+      const std::string other = target.at("or_within_ns_of").get<std::string>();
+      const double within = target.at("within_ns").get<double>();
+      if (const auto other_ns = ns_per_item(other)) {
+        what += ", " + fixed(*value - *other_ns, 1) + " ns above " + other;
+        passed = *value - *other_ns <= within;
+      }
+      threshold += ", or within " + fixed(within, 0) + " ns of " + other;
+    }
+    add("target " + name, what, threshold, passed);
   }
 
   void movement(const std::map<std::string, json>& runs) {

@@ -200,7 +200,7 @@ void ManagerCore::materialize_locked(ValueRecord& record, TransferSource from, c
   if (from.temporary && from.location == destination) {
     // The loaded value already lives at the destination: one charge serves both.
     release_temporary();
-    install_locked(record, destination, std::move(from.value), allow_exclusive_transition);
+    install_locked(record, destination, std::move(from.value), allow_exclusive_transition, std::move(from.keys));
     return;
   }
   ledger_.check_admission(destination, charge);
@@ -209,16 +209,18 @@ void ManagerCore::materialize_locked(ValueRecord& record, TransferSource from, c
 }
 
 void ManagerCore::install_locked(ValueRecord& record, const ResidencyLocation& location, ResidentValue value,
-                                 bool allow_exclusive_transition) {
+                                 bool allow_exclusive_transition, std::optional<std::vector<StorageKey>> checked_keys) {
   FHELIUM_CHECK(record.at(location) == nullptr, "materialization installed twice");
   if (record.spec.replica_mode == ReplicaMode::exclusive && !record.materializations.empty() &&
       !allow_exclusive_transition) {
     throw ResidencyOwnershipError("EXCLUSIVE " + value_name(record) + " cannot have simultaneous replicas");
   }
-  validate_materialization_locked(record.spec, value, location);
+  // A freshly loaded value was validated and checked for aliasing at this
+  // very location by load_locked, under the same lock: not twice.
+  if (!checked_keys) validate_materialization_locked(record.spec, value, location);
   ledger_.check_admission(location, record.spec.storage_nbytes);
-  std::vector<StorageKey> keys = runtime_->storage_keys(value);
-  values_.check_unaliased(keys);
+  std::vector<StorageKey> keys = checked_keys ? std::move(*checked_keys) : runtime_->storage_keys(value);
+  if (!checked_keys) values_.check_unaliased(keys);
   register_location_locked(location);
   values_.claim(keys, record.handle, location);
   const std::int64_t storage = value.storage_nbytes();
@@ -265,9 +267,10 @@ TransferSource ManagerCore::load_locked(ValueRecord& record) {
   // A load must return fresh storage: one that aliases a managed
   // materialization would hand another value's bytes to this one, even when
   // only copied from (the copy itself is fresh).
-  values_.check_unaliased(runtime_->storage_keys(*loaded));
+  std::vector<StorageKey> keys = runtime_->storage_keys(*loaded);
+  values_.check_unaliased(keys);
   release.dismiss();
-  return TransferSource{location, std::move(*loaded), true};
+  return TransferSource{location, std::move(*loaded), true, std::move(keys)};
 }
 
 void ManagerCore::validate_materialization_locked(const ResidencyValueSpec& spec, const ResidentValue& value,

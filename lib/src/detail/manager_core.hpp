@@ -61,6 +61,7 @@ struct TransferSource {
   ResidencyLocation location;
   ResidentValue value;
   bool temporary = false;
+  std::vector<StorageKey> keys;  // a loaded value's storage keys, checked unaliased
 };
 
 struct ScopeEntry {
@@ -157,8 +158,10 @@ class ManagerCore {
   void discard_locked(ValueRecord& record);
   void materialize_locked(ValueRecord& record, TransferSource source, const ResidencyLocation& destination,
                           const std::optional<c10::Stream>& stream, bool allow_exclusive_transition);
+  // `checked_keys`: the value's storage keys when it was already validated
+  // and checked for aliasing at `location` (a load installed where it was made).
   void install_locked(ValueRecord& record, const ResidencyLocation& location, ResidentValue value,
-                      bool allow_exclusive_transition);
+                      bool allow_exclusive_transition, std::optional<std::vector<StorageKey>> checked_keys = {});
   void remove_materialization_locked(ValueRecord& record, const ResidencyLocation& location);
   void require_removable_locked(const ValueRecord& record, const Materialization& item) const;
   // Reconstructs the value from its source under a temporary charge at the
