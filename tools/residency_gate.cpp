@@ -127,6 +127,26 @@ class Gate {
     const int minimum = thresholds_.value("min_scenarios", 1);
     add("scenario replay", std::to_string(passed) + " passed, " + std::to_string(failed) + " failed",
         ">= " + std::to_string(minimum) + " passed, none failed", failed == 0 && passed >= minimum);
+    coverage(report);
+  }
+
+  // Every (operation, effect) pair of the fault model fired somewhere in the
+  // scenario library, and every manager error path was reached.
+  void coverage(const json& report) {
+    if (!report.contains("fault_coverage")) {
+      add("fault coverage", "missing from the replay report", "present", false);
+      return;
+    }
+    const json& coverage = report.at("fault_coverage");
+    const auto listed = [](const json& names, std::size_t total, const char* what) {
+      std::string text = std::to_string(total - names.size()) + " of " + std::to_string(total) + " " + what;
+      for (const auto& name : names) text += (&name == &names.front() ? "; never: " : ", ") + name.get<std::string>();
+      return text;
+    };
+    add("fault coverage", listed(coverage.at("never_fired"), coverage.at("pairs").size(), "pairs fired"),
+        "every fault-model pair fired", coverage.at("never_fired").empty());
+    add("error paths", listed(coverage.at("never_reached"), coverage.at("error_paths").size(), "reached"),
+        "every manager error path reached", coverage.at("never_reached").empty());
   }
 
   void benchmarks(const std::string& path, bool update) {

@@ -12,6 +12,7 @@
 #include <iostream>
 
 #include "fhelium/harness/replay.hpp"
+#include "fhelium/harness/fault_coverage.hpp"
 #include "fhelium/harness/reporters.hpp"
 #include "fhelium/harness/scenario_loader.hpp"
 
@@ -199,6 +200,18 @@ int main(int argc, char** argv) {
         write_file((std::filesystem::path(snapshots_dir) / (result.name + ".json")).string(),
                    snapshot_json(*result.final_snapshot, result.value_names).dump(2) + "\n");
       }
+    }
+    if (results.size() > 1) {
+      // Which parts of the fault model and which error paths this run exercised.
+      const FaultCoverage coverage = fault_coverage(results);
+      const auto missing_pairs = coverage.never_fired();
+      const auto missing_paths = coverage.never_reached();
+      std::cout << "\nfault coverage: " << coverage.fired.size() - missing_pairs.size() << " of "
+                << coverage.fired.size() << " fault-model pairs fired, " << coverage.error_paths.size() - missing_paths.size()
+                << " of " << coverage.error_paths.size() << " error paths reached";
+      for (const auto& [operation, effect] : missing_pairs) std::cout << "\n  never fired: " << operation << "/" << effect;
+      for (const auto& kind : missing_paths) std::cout << "\n  never reached: " << kind;
+      std::cout << '\n';
     }
     std::cout << "\nresidency-replay: " << passed << " passed, " << failed << " failed, " << skipped << " skipped";
     if (invalid > 0) std::cout << " (" << invalid << " invalid scenario file" << (invalid == 1 ? "" : "s") << ")";

@@ -52,4 +52,12 @@ std::string error_kind(const std::exception_ptr& error) {
   }
 }
 
+const std::vector<std::string>& error_kinds() {
+  static const std::vector<std::string> kinds{
+      "plan_execution", "stale", "search_limit", "plan", "budget", "handle", "unavailable", "in_use", "ownership",
+      "materialization", "reentrancy", "lifetime_closed", "closed", "invalid_argument", "out_of_memory", "device",
+      "runtime"};
+  return kinds;
+}
+
 }  // namespace fhelium::harness

@@ -88,9 +88,8 @@ class Replayer {
     clock_origin_ns_ = stack.origin_ns;  // reports count virtual time from the start of the run
     values_ = std::make_unique<ScenarioValues>(
         scenario_, faults_->upstream(),
-        [this](const std::string& rule, const std::string& operation, std::int64_t index, const std::string& detail) {
-          record_fault(rule, operation, index, detail);
-        });
+        [this](const std::string& rule, const std::string& operation, const std::string& effect, std::int64_t index,
+               const std::string& detail) { record_fault(rule, operation, effect, index, detail); });
     ManagerOptions options;
     options.budgets = scenario_.budgets;
     options.trace_capacity = scenario_.trace_capacity;
@@ -124,10 +123,10 @@ class Replayer {
 
   void create(const ValueDecl& decl) { names_.bind(decl.name, values_->create(*manager_, decl)); }
 
-  void record_fault(const std::string& rule, const std::string& operation, std::int64_t index,
-                    const std::string& detail, std::optional<std::int64_t> at_ns = std::nullopt) {
+  void record_fault(const std::string& rule, const std::string& operation, const std::string& effect,
+                    std::int64_t index, const std::string& detail, std::optional<std::int64_t> at_ns = std::nullopt) {
     const std::int64_t when = at_ns.value_or(faults_->upstream()->now_ns()) - clock_origin_ns_;
-    result_.faults.push_back(FiredFaultRecord{rule, operation, index, current_step_, detail, when});
+    result_.faults.push_back(FiredFaultRecord{rule, operation, effect, index, current_step_, detail, when});
   }
 
   // Virtual time since the start of the run.
@@ -570,7 +569,8 @@ class Replayer {
   void collect_faults() {
     const auto fired = faults_->fired();
     for (std::size_t i = fired_seen_; i < fired.size(); ++i) {
-      record_fault(fired[i].rule, to_string(fired[i].operation), fired[i].call_index, fired[i].detail, fired[i].at_ns);
+      record_fault(fired[i].rule, to_string(fired[i].operation), to_string(fired[i].effect), fired[i].call_index,
+                   fired[i].detail, fired[i].at_ns);
     }
     fired_seen_ = fired.size();
   }

@@ -3,6 +3,7 @@
 #include <map>
 #include <sstream>
 
+#include "fhelium/harness/fault_coverage.hpp"
 #include "fhelium/harness/text_report.hpp"
 
 namespace fhelium::harness {
@@ -47,6 +48,7 @@ nlohmann::json to_json(const ScenarioResult& result) {
   for (const auto& fault : result.faults) {
     faults.push_back({{"rule", fault.rule},
                       {"operation", fault.operation},
+                      {"effect", fault.effect},
                       {"call_index", fault.call_index},
                       {"step", fault.step},
                       {"detail", fault.detail},
@@ -101,7 +103,11 @@ nlohmann::json to_json(const std::vector<ScenarioResult>& results) {
     if (result.verdict == "failed") ++failed;
     if (result.verdict == "skipped") ++skipped;
   }
-  return {{"passed", passed}, {"failed", failed}, {"skipped", skipped}, {"scenarios", scenarios}};
+  return {{"passed", passed},
+          {"failed", failed},
+          {"skipped", skipped},
+          {"scenarios", scenarios},
+          {"fault_coverage", to_json(fault_coverage(results))}};
 }
 
 std::string junit_xml(const std::vector<ScenarioResult>& results) {

@@ -698,7 +698,8 @@ class ScenarioParser {
     }
     if (spec["wrong"]) {
       value.wrong = reader_.text(spec["wrong"], what + " wrong");
-      if (*value.wrong != "size" && *value.wrong != "type" && *value.wrong != "location" && *value.wrong != "contents") {
+      if (std::none_of(wrong_load_kinds.begin(), wrong_load_kinds.end(),
+                       [&](const char* kind) { return *value.wrong == kind; })) {
         reader_.fail(spec["wrong"], what + " wrong must be size, type, location or contents");
       }
     }

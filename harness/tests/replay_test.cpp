@@ -5,9 +5,12 @@
 #include <ATen/ops/zeros.h>
 
 #include "fhelium/harness/contents.hpp"
+#include "fhelium/harness/error_kind.hpp"
+#include "fhelium/harness/fault_coverage.hpp"
 #include "fhelium/harness/replay.hpp"
 #include "fhelium/harness/reporters.hpp"
 #include "fhelium/harness/scenario_loader.hpp"
+#include "fhelium/residency/errors.hpp"
 
 namespace fhelium::harness {
 namespace {
@@ -284,6 +287,57 @@ TEST(Reporters, HtmlReportIsSelfContainedWithChartsFaultsAndSteps) {
   EXPECT_NE(html.find("broken &lt;b&gt;"), std::string::npos);  // names are escaped
   EXPECT_EQ(html.find("broken <b>"), std::string::npos);
   EXPECT_NE(html.find("<tr class=\"failed\">"), std::string::npos);
+}
+
+
+TEST(FaultCoverage, TheModelIsEveryValidRulePlusTheSourceFaults) {
+  const std::vector<FaultPair> pairs = fault_model_pairs();
+  const std::set<FaultPair> model(pairs.begin(), pairs.end());
+  EXPECT_EQ(model.size(), pairs.size());
+  for (const FaultPair& pair : {FaultPair{"copy", "fail"}, FaultPair{"copy", "alias"}, FaultPair{"record_event", "delay"},
+                                FaultPair{"record_event", "never_complete"}, FaultPair{"synchronize_event", "fail"},
+                                FaultPair{"allocator_stats", "fail"}, FaultPair{"load", "reenter"},
+                                FaultPair{"load", "wrong_contents"}, FaultPair{"adopt", "alias"}}) {
+    EXPECT_EQ(model.count(pair), 1u) << pair.first << "/" << pair.second;
+  }
+  // Combinations no rule may have are not part of the model.
+  EXPECT_EQ(model.count({"copy", "delay"}), 0u);
+  EXPECT_EQ(model.count({"query_event", "alias"}), 0u);
+  EXPECT_EQ(pairs.size(), 17u);
+}
+
+TEST(FaultCoverage, CountsWhatFiredAndNamesWhatNeverDid) {
+  std::vector<ScenarioResult> results{replay(parse_scenario(streaming, "streaming.yaml")),
+                                      replay(parse_scenario(timed, "timed.yaml"))};
+  const FaultCoverage coverage = fault_coverage(results);
+  std::int64_t copy_fails = 0;
+  for (const auto& result : results) {
+    for (const auto& fault : result.faults) copy_fails += fault.operation == "copy" && fault.effect == "fail";
+  }
+  EXPECT_GT(copy_fails, 0);
+  EXPECT_EQ(coverage.fired.at({"copy", "fail"}), copy_fails);
+  const auto never = coverage.never_fired();
+  EXPECT_NE(std::find(never.begin(), never.end(), FaultPair{"synchronize_event", "fail"}), never.end());
+  EXPECT_EQ(std::find(never.begin(), never.end(), FaultPair{"copy", "fail"}), never.end());
+  // The timed scenario's refused copy, and whichever coin flips failed in streaming.
+  EXPECT_EQ(coverage.error_paths.at("out_of_memory"),
+            results[0].error_paths.count("out_of_memory") ? results[0].error_paths.at("out_of_memory") + 1 : 1);
+  const auto unreached = coverage.never_reached();
+  EXPECT_NE(std::find(unreached.begin(), unreached.end(), "reentrancy"), unreached.end());
+  const nlohmann::json json = to_json(coverage);
+  EXPECT_EQ(json["pairs"].size(), fault_model_pairs().size());
+  EXPECT_EQ(json["never_fired"].size(), never.size());
+}
+
+TEST(FaultCoverage, ErrorKindsNameEveryManagerError) {
+  const auto& kinds = error_kinds();
+  const auto kind_of = [](auto error) { return error_kind(std::make_exception_ptr(error)); };
+  for (const std::string& kind : std::vector<std::string>{kind_of(residency::ResidencyInUseError("x")), kind_of(residency::ResidencyLifetimeClosedError("x")),
+        kind_of(residency::ResidencyReentrancyError("x")), kind_of(std::invalid_argument("x")),
+        kind_of(std::runtime_error("x"))}) {
+    EXPECT_NE(std::find(kinds.begin(), kinds.end(), kind), kinds.end()) << kind;
+  }
+  EXPECT_EQ(std::find(kinds.begin(), kinds.end(), "unknown"), kinds.end());
 }
 
 }  // namespace

@@ -65,7 +65,7 @@ ResidencyHandle ScenarioValues::create(ResidencyManager& manager, const ValueDec
   if (!decl.source) {
     if (decl.aliases) {
       // The other value's own storage: the manager must refuse to own it twice.
-      log_("alias:" + decl.name, "adopt", 1, "adopt shares the storage of '" + *decl.aliases + "'");
+      log_("alias:" + decl.name, "adopt", "alias", 1, "adopt shares the storage of '" + *decl.aliases + "'");
       return manager.adopt(adopted_.at(*decl.aliases), decl.at, decl.mode);
     }
     ResidentValue value = placed(expected_value(decl, decl.elements), decl.at);
@@ -82,22 +82,23 @@ ResidentValue ScenarioValues::load(ResidencyManager& manager, const ValueDecl& d
   const std::int64_t count = ++loads_[decl.name];
   const std::string rule = "source:" + decl.name;
   if (decl.fail_on_load && *decl.fail_on_load == count) {
-    log_(rule, "load", count, "load " + std::to_string(count) + " of '" + decl.name + "' fails");
+    log_(rule, "load", "fail", count, "load " + std::to_string(count) + " of '" + decl.name + "' fails");
     throw InjectedSourceFailure(rule,
                                 "injected source failure: load " + std::to_string(count) + " of '" + decl.name + "'");
   }
   if (decl.reenter_on_load && *decl.reenter_on_load == count) {
     // A callback that calls back into the manager: the manager must refuse
     // (ResidencyReentrancyError), and that refusal ends the load.
-    log_(rule, "load", count, "load " + std::to_string(count) + " of '" + decl.name + "' re-enters the manager");
+    log_(rule, "load", "reenter", count,
+         "load " + std::to_string(count) + " of '" + decl.name + "' re-enters the manager");
     manager.snapshot();
   }
   if (decl.aliases) {
-    log_(rule, "load", count, "load returns the storage of '" + *decl.aliases + "'");
+    log_(rule, "load", "alias", count, "load returns the storage of '" + *decl.aliases + "'");
     return adopted_.at(*decl.aliases);
   }
   if (decl.wrong) {
-    log_(rule, "load", count, "load returns a value of the wrong " + *decl.wrong);
+    log_(rule, "load", "wrong_" + *decl.wrong, count, "load returns a value of the wrong " + *decl.wrong);
     if (*decl.wrong == "size") return placed(expected_value(decl, decl.elements + 1), decl.at);
     if (*decl.wrong == "contents") {
       // Right size, type and place, another value's bytes: only a content check can tell.

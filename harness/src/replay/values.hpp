@@ -22,8 +22,9 @@ residency::ResidentValue expected_value(const ValueDecl& decl, std::int64_t elem
 
 class ScenarioValues {
  public:
-  // Receives each source fault as it fires: (rule, operation, call index, detail).
-  using FaultLog = std::function<void(const std::string&, const std::string&, std::int64_t, const std::string&)>;
+  // Receives each source fault as it fires: (rule, operation, effect, call index, detail).
+  using FaultLog = std::function<void(const std::string&, const std::string&, const std::string&, std::int64_t,
+                                      const std::string&)>;
 
   // `placement` copies values to where they are declared, bypassing the
   // fault layer (placement is the test's business, not the manager's).

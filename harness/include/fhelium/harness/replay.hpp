@@ -33,7 +33,8 @@ struct ReplayOptions {
 
 struct FiredFaultRecord {
   std::string rule;
-  std::string operation;
+  std::string operation;  // a runtime operation, or "load" / "adopt" for source faults
+  std::string effect;     // fail, delay, never_complete, alias; for loads also reenter, wrong_size, ...
   std::int64_t call_index = 0;
   std::size_t step = 0;
   std::string detail;

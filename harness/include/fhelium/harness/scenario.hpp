@@ -7,6 +7,7 @@
 // the replay engine consumes them. Line numbers point into the source file.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -26,6 +27,9 @@ struct StreamRef {
   friend bool operator==(const StreamRef&, const StreamRef&) = default;
 };
 
+// What a source's load can return wrong (`wrong:` of a value).
+inline constexpr std::array<const char*, 4> wrong_load_kinds{"size", "type", "location", "contents"};
+
 struct ValueDecl {
   std::string name;
   std::string type_name = "Tensor";
@@ -37,7 +41,7 @@ struct ValueDecl {
   bool deferred = false;                              // created by an adopt/register_source step
   std::optional<std::int64_t> fail_on_load;           // source: the Nth load throws
   std::optional<std::int64_t> reenter_on_load;        // source: the Nth load calls the manager back
-  std::optional<std::string> wrong;                   // source returns a wrong "size", "type" or "location"
+  std::optional<std::string> wrong;                   // source returns a wrong one of wrong_load_kinds
   std::optional<std::string> aliases;                 // adopts / loads the storage of this other value
   // Virtual payload (simulated runtime only): the contents are one element
   // derived from the name, broadcast to the declared size, so copies and
