@@ -45,6 +45,16 @@ expect 0 "$replay" --diff "$work/snapshots/failing.json" "$work/snapshots/failin
 expect 1 "$replay" --diff "$work/snapshots/failing.json" "$work/snapshots/ensure-and-copy.json"
 expect 2 "$replay" --diff "$work/snapshots/failing.json" "$work/missing.json"
 expect 2 "$replay" --diff "$work/snapshots/failing.json"
+# --shrink: a failing scenario shrinks to one that fails the same way; a
+# passing one, a missing -o or an unreadable file is refused.
+expect 0 "$replay" --shrink "$work/failing.yaml" -o "$work/shrunk.yaml"
+expect 1 "$replay" "$work/shrunk.yaml"
+grep -q "it fails with: step move: expected error budget" "$work/shrunk.yaml" || {
+  echo "FAIL: the shrunk scenario does not name its failure"; failures=$((failures + 1)); }
+expect 2 "$replay" --shrink "$scenarios/primitives/ensure-and-copy.yaml" -o "$work/never.yaml"
+grep -q "there is no failure to shrink" "$work/out" || { echo "FAIL: no reason for refusing"; failures=$((failures + 1)); }
+expect 2 "$replay" --shrink "$work/failing.yaml"
+expect 2 "$replay" --shrink "$work/missing.yaml" -o "$work/never.yaml"
 expect 2 "$gate" --build-dir "$work" --thresholds "$work/missing.json"
 expect 2 "$gate" --update-baseline --build-dir "$work"
 exit $((failures > 0))

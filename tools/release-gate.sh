@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every invariant suite, the scenario replay, the benchmarks, the
-# sanitizer builds (ASan/UBSan, TSan) and the short fuzz runs, then the release
+# sanitizer builds (ASan/UBSan, TSan), the short fuzz runs and the coverage
+# build (tools/coverage.sh), then the release
 # gate over their results. Usage: bash tools/release-gate.sh [BUILD_DIR] [gate options]
 # Exit status is the gate's: 0 only when every check passed.
 set -uo pipefail
@@ -21,4 +22,6 @@ for kind in address thread; do
 done
 FUZZ_BUILD_DIR="$parent/build-fuzz" bash tools/fuzz.sh > "$build/fuzz-output.txt" 2>&1
 echo "fuzz: $(grep -E '^(Ok|Fail):' "$build/fuzz-output.txt" | tr -s ' ' | paste -sd ' ')"
+COVERAGE_BUILD_DIR="$parent/build-cov" bash tools/coverage.sh > "$build/coverage-output.txt" 2>&1
+echo "coverage: $(grep -E '^(lines|branches):' "$build/coverage-output.txt" | paste -sd ' ')"
 exec "$build/tools/residency-gate" --build-dir "$build" "${@:2}"

@@ -85,6 +85,20 @@ class Gate {
 
   // A sanitizer or fuzzing build's test log: `kind` names its entry under
   // "sanitizers" in the thresholds (address, thread, fuzz).
+  // Line and branch coverage of lib/ from gcovr's JSON summary (tools/coverage.sh).
+  void coverage(const std::string& path) {
+    const json summary = read_json(path);
+    const json& floors = thresholds_.at("coverage");
+    for (const char* kind : {"line", "branch"}) {
+      const double percent = summary.at(std::string(kind) + "_percent").get<double>();
+      const double floor = floors.at(std::string("min_") + kind + "_percent").get<double>();
+      add(std::string(kind) + " coverage of lib/",
+          fixed(percent, 1) + "% (" + std::to_string(summary.at(std::string(kind) + "_covered").get<long>()) + " of " +
+              std::to_string(summary.at(std::string(kind) + "_total").get<long>()) + ")",
+          ">= " + fixed(floor, 1) + "%", percent >= floor);
+    }
+  }
+
   void sanitized(const std::string& kind, const std::string& path) {
     const json& required = thresholds_.at("sanitizers").at(kind).at("required_suites");
     suites(path, kind + " ", required);
@@ -315,10 +329,12 @@ int main(int argc, char** argv) {
   app.add_option("--replay", replay_path, "residency-replay --json report (default: BUILD/replay.json)");
   app.add_option("--bench", bench_path, "Google Benchmark JSON (default: BUILD/bench.json)");
   app.add_option("--json", verdict_path, "Write the verdict as JSON (default: BUILD/gate-verdict.json)");
-  std::string asan_path, tsan_path, fuzz_path;
+  std::string asan_path, tsan_path, fuzz_path, coverage_path;
   app.add_option("--asan-tests", asan_path, "meson test log of tools/sanitize.sh address (default: build-asan/...)");
   app.add_option("--tsan-tests", tsan_path, "meson test log of tools/sanitize.sh thread (default: build-tsan/...)");
   app.add_option("--fuzz-tests", fuzz_path, "meson test log of tools/fuzz.sh (default: build-fuzz/...)");
+  app.add_option("--coverage", coverage_path,
+                 "gcovr JSON summary of tools/coverage.sh (default: build-cov/coverage.json)");
   app.add_flag("--update-baseline", update,
                "Record the measured speed ratios as the new baseline in the --thresholds file");
   app.set_version_flag("--version", "residency-gate " FHELIUM_RESIDENCY_VERSION);
@@ -343,6 +359,9 @@ int main(int argc, char** argv) {
   if (asan_path.empty()) asan_path = sibling("build-asan");
   if (tsan_path.empty()) tsan_path = sibling("build-tsan");
   if (fuzz_path.empty()) fuzz_path = sibling("build-fuzz");
+  if (coverage_path.empty()) {
+    coverage_path = (std::filesystem::path(build_dir).parent_path() / "build-cov" / "coverage.json").string();
+  }
 
   try {
     thresholds_path = find_thresholds(thresholds_path, build_dir);
@@ -369,6 +388,7 @@ int main(int argc, char** argv) {
              inputs;
     inputs = guarded("TSan results (tools/sanitize.sh thread)", [&] { gate.sanitized("thread", tsan_path); }) && inputs;
     inputs = guarded("fuzz results (tools/fuzz.sh)", [&] { gate.sanitized("fuzz", fuzz_path); }) && inputs;
+    inputs = guarded("coverage (tools/coverage.sh)", [&] { gate.coverage(coverage_path); }) && inputs;
     if (!inputs) {
       std::cerr << "residency-gate: some results could not be read; no verdict (run tools/release-gate.sh)\n";
       return 2;

@@ -14,6 +14,7 @@
 #include "fhelium/harness/replay.hpp"
 #include "fhelium/harness/fault_coverage.hpp"
 #include "fhelium/harness/reporters.hpp"
+#include "fhelium/harness/shrink.hpp"
 #include "fhelium/harness/scenario_loader.hpp"
 
 namespace fs = std::filesystem;
@@ -104,6 +105,12 @@ int main(int argc, char** argv) {
   std::vector<std::string> diff_files;
   app.add_option("inputs", inputs, "Scenario files or directories (searched for *.yaml)");
   app.add_option("--snapshots", snapshots_dir, "Write each scenario's final snapshot as DIR/NAME.json");
+  std::string shrink_input, shrink_output;
+  std::size_t max_replays = 2000;
+  app.add_option("--shrink", shrink_input,
+                 "Shrink the failing scenario FILE to a small one that fails the same way (write it with -o)");
+  app.add_option("-o,--output", shrink_output, "Where --shrink writes the shrunk scenario");
+  app.add_option("--max-replays", max_replays, "Replays --shrink may spend (default 2000)");
   app.add_option("--diff", diff_files, "Compare two saved snapshots (or any two JSON files): print what differs "
                                        "by JSON pointer; exit 0 when equal, 1 when not")
       ->expected(2);
@@ -126,6 +133,37 @@ int main(int argc, char** argv) {
     return app.exit(error) == 0 ? 0 : 2;  // --help and --version exit 0
   }
 
+  if (!shrink_input.empty()) {
+    if (shrink_output.empty() || !inputs.empty()) {
+      std::cerr << "residency-replay: --shrink FILE takes -o OUTPUT and no other scenarios\n";
+      return 2;
+    }
+    try {
+      std::ifstream in(shrink_input);
+      if (!in) throw std::runtime_error("cannot read " + shrink_input);
+      const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      ShrinkOptions options;
+      options.max_replays = max_replays;
+      options.replay.seed = seed;
+      if (!runtime.empty()) options.replay.runtime = runtime;
+      const ShrinkResult shrunk = shrink_scenario(text, shrink_input, options);
+      write_file(shrink_output, "# Shrunk by residency-replay --shrink from " + shrink_input + " (" +
+                                    std::to_string(shrunk.replays) + " replays); it fails with: " +
+                                    shrunk.signature + "\n" + shrunk.yaml);
+      std::cout << "residency-replay: shrunk " << shrink_input << " from " << shrunk.steps_before << " steps ("
+                << shrunk.bytes_before << " bytes) to " << shrunk.steps_after << " steps (" << shrunk.bytes_after
+                << " bytes) in " << shrunk.replays << " replays" << (shrunk.budget_exhausted ? " (replay budget spent)" : "")
+                << "; it still fails with: " << shrunk.signature << "\nwritten to " << shrink_output
+                << "; replay it with: residency-replay " << shrink_output << "\n";
+      return 0;
+    } catch (const ScenarioError& error) {
+      std::cerr << "residency-replay: --shrink: invalid scenario: " << error.what() << '\n';
+      return 2;
+    } catch (const std::exception& error) {
+      std::cerr << "residency-replay: --shrink: " << error.what() << '\n';
+      return 2;
+    }
+  }
   if (!diff_files.empty()) {
     if (!inputs.empty()) {
       std::cerr << "residency-replay: --diff takes two JSON files and no scenarios\n";

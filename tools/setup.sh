@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 packages=(g++ meson ninja-build pkg-config ccache libtorch-dev libyaml-cpp-dev libgtest-dev
           librapidcheck-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev python3-yaml python3-jsonschema
-          chromium)
+          chromium gcovr)
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")

@@ -79,7 +79,7 @@ class Replayer {
   void setup() {
     RuntimeStack stack;
     try {
-      stack = build_runtime(scenario_, result_.runtime, result_.seed);
+      stack = build_runtime(scenario_, result_.runtime, result_.seed, options_.wrap_runtime);
     } catch (const std::exception& error) {
       fail_setup(std::string("runtime: ") + error.what());
     }

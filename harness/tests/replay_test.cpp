@@ -7,6 +7,8 @@
 #include "fhelium/harness/contents.hpp"
 #include "fhelium/harness/error_kind.hpp"
 #include "fhelium/harness/fault_coverage.hpp"
+#include "fhelium/harness/forwarding_runtime.hpp"
+#include "fhelium/harness/shrink.hpp"
 #include "fhelium/harness/replay.hpp"
 #include "fhelium/harness/reporters.hpp"
 #include "fhelium/harness/scenario_loader.hpp"
@@ -338,6 +340,97 @@ TEST(FaultCoverage, ErrorKindsNameEveryManagerError) {
     EXPECT_NE(std::find(kinds.begin(), kinds.end(), kind), kinds.end()) << kind;
   }
   EXPECT_EQ(std::find(kinds.begin(), kinds.end(), "unknown"), kinds.end());
+}
+
+
+// A deliberately broken runtime (test code, not lib): from its third copy to
+// cuda:0 on, every copy to cuda:0 comes back with its bytes negated.
+class CorruptingRuntime final : public ForwardingRuntime {
+ public:
+  using ForwardingRuntime::ForwardingRuntime;
+
+ private:
+  residency::ResidentValue do_copy_to(const residency::ResidentValue& value,
+                                      const residency::ResidencyLocation& destination,
+                                      const std::optional<c10::Stream>& stream) override {
+    residency::ResidentValue copy = ForwardingRuntime::do_copy_to(value, destination, stream);
+    if (destination != residency::cuda_location(0) || ++copies_ < 3) return copy;
+    for (const auto& field : copy.fields()) field.second.neg_();  // in the copy's own (device) storage
+    return copy;
+  }
+  int copies_ = 0;
+};
+
+// Twelve layers streamed through a GPU, with reads, holds and a fault rule
+// that never matters: only the third copy to cuda:0 matters.
+const char* const long_run = R"(
+name: long-run
+description: twelve layers, each moved in, read, held and moved out
+manager: {budgets: {cuda:0: 64KiB}}
+faults:
+  - {name: rare, operation: allocator_stats, probability: 0.01}
+values:
+  w$i: {bytes: 16KiB, adopt_at: pinned-host, repeat: {for: i, range: 12}}
+  spare: {bytes: 8KiB, adopt_at: pageable-host}
+steps:
+  - repeat: {for: i, range: 12}
+    steps:
+      - move: {value: w$i, to: cuda:0}
+        expect: {resident: {w$i: [cuda:0]}}
+      - hold: {values: [w$i], at: cuda:0, as: h$i}
+      - release: {hold: h$i}
+      - acquire: {values: [w$i], at: cuda:0, stream: {device: 0, id: 1}, as: r$i}
+      - release: {lease: r$i, wait: true}
+      - move: {value: w$i, to: pinned-host}
+  - move: {value: spare, to: pinned-host}
+  - verify: {}
+)";
+
+TEST(Shrink, ABrokenRuntimesFailureShrinksToAHandfulOfSteps) {
+  ShrinkOptions options;
+  options.replay.wrap_runtime = [](std::shared_ptr<residency::DeviceRuntime> base) {
+    return std::make_shared<CorruptingRuntime>(std::move(base));
+  };
+  const ScenarioResult original = replay(parse_scenario(long_run, "long-run.yaml"), options.replay);
+  ASSERT_EQ(original.verdict, "failed");
+  EXPECT_EQ(failure_signature(original), "content of a value");
+  const ShrinkResult shrunk = shrink_scenario(long_run, "long-run.yaml", options);
+  std::cout << "shrunk " << shrunk.steps_before << " steps (" << shrunk.bytes_before << " bytes) to "
+            << shrunk.steps_after << " steps (" << shrunk.bytes_after << " bytes) in " << shrunk.replays
+            << " replays:\n" << shrunk.yaml;
+  EXPECT_EQ(shrunk.signature, "content of a value");
+  EXPECT_EQ(shrunk.steps_before, 74u);
+  EXPECT_LE(shrunk.steps_after, 5u) << shrunk.yaml;
+  EXPECT_LT(shrunk.bytes_after, shrunk.bytes_before);
+  EXPECT_FALSE(shrunk.budget_exhausted);
+  EXPECT_LE(shrunk.replays, 400u);
+  // The output is a valid scenario, with the scenario's own names, that fails the same way...
+  const Scenario minimal = parse_scenario(shrunk.yaml, "minimal.yaml");
+  EXPECT_NE(shrunk.yaml.find("w$i"), std::string::npos);
+  EXPECT_EQ(failure_signature(replay(minimal, options.replay)), "content of a value");
+  // ...and only because of the broken runtime.
+  EXPECT_EQ(replay(minimal).verdict, "passed");
+  // Deterministic.
+  const ShrinkResult again = shrink_scenario(long_run, "long-run.yaml", options);
+  EXPECT_EQ(again.yaml, shrunk.yaml);
+  EXPECT_EQ(again.replays, shrunk.replays);
+}
+
+TEST(Shrink, RefusesAPassingScenarioAndRespectsItsBudget) {
+  try {
+    shrink_scenario(long_run, "long-run.yaml");
+    FAIL() << "a passing scenario was shrunk";
+  } catch (const std::invalid_argument& error) {
+    EXPECT_NE(std::string(error.what()).find("there is no failure to shrink"), std::string::npos) << error.what();
+  }
+  ShrinkOptions options;
+  options.max_replays = 3;
+  options.replay.wrap_runtime = [](std::shared_ptr<residency::DeviceRuntime> base) {
+    return std::make_shared<CorruptingRuntime>(std::move(base));
+  };
+  const ShrinkResult partial = shrink_scenario(long_run, "long-run.yaml", options);
+  EXPECT_TRUE(partial.budget_exhausted);
+  EXPECT_LE(partial.replays, 4u);
 }
 
 }  // namespace

@@ -72,7 +72,8 @@ std::optional<std::string> unsupported(const Scenario& scenario, const std::stri
   return std::nullopt;
 }
 
-RuntimeStack build_runtime(const Scenario& scenario, const std::string& runtime, std::uint64_t seed) {
+RuntimeStack build_runtime(const Scenario& scenario, const std::string& runtime, std::uint64_t seed,
+                           const std::function<std::shared_ptr<DeviceRuntime>(std::shared_ptr<DeviceRuntime>)>& wrap) {
   RuntimeStack stack;
   std::shared_ptr<DeviceRuntime> base;
   if (runtime == "simulated") {
@@ -87,8 +88,9 @@ RuntimeStack build_runtime(const Scenario& scenario, const std::string& runtime,
   } else {
     base = std::make_shared<TorchRuntime>();
   }
-  stack.faults = std::make_shared<FaultInjectingRuntime>(base, scenario.faults, seed);
   stack.origin_ns = base->now_ns();
+  if (wrap) base = wrap(std::move(base));
+  stack.faults = std::make_shared<FaultInjectingRuntime>(base, scenario.faults, seed);
   return stack;
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -25,6 +26,9 @@ struct RuntimeStack {
 };
 
 // Builds the stack for `runtime`; throws what the runtimes throw for bad options.
-RuntimeStack build_runtime(const Scenario& scenario, const std::string& runtime, std::uint64_t seed);
+// `wrap`, when set, wraps the base runtime under the fault layer.
+RuntimeStack build_runtime(const Scenario& scenario, const std::string& runtime, std::uint64_t seed,
+                           const std::function<std::shared_ptr<residency::DeviceRuntime>(
+                               std::shared_ptr<residency::DeviceRuntime>)>& wrap = {});
 
 }  // namespace fhelium::harness::replay_detail

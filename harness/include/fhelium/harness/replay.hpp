@@ -10,11 +10,13 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "fhelium/harness/scenario.hpp"
+#include "fhelium/residency/runtime.hpp"
 #include "fhelium/residency/snapshot.hpp"
 
 namespace fhelium::harness {
@@ -27,6 +29,9 @@ struct ReplayOptions {
   // Called after each step with (steps done, steps in the scenario), for
   // progress displays.
   std::function<void(std::size_t, std::size_t)> progress;
+  // Wraps the base runtime (simulated or torch) before the fault layer:
+  // tests put a deliberately broken runtime here.
+  std::function<std::shared_ptr<residency::DeviceRuntime>(std::shared_ptr<residency::DeviceRuntime>)> wrap_runtime;
 };
 
 // Times below are virtual nanoseconds since the start of the run.
