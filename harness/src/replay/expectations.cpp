@@ -31,9 +31,9 @@ class Checks {
         mismatch(std::string("expected an ") + (*expect.injected ? "injected" : "organic") +
                               " error, got: " + outcome.error->message);
       }
-      compare(step, "phase", expect.phase, outcome.error->phase);
-      compare(step, "failed_index", expect.failed_index, outcome.error->failed_index);
-      compare(step, "committed transitions", expect.committed, outcome.error->committed);
+      compare("phase", expect.phase, outcome.error->phase);
+      compare("failed_index", expect.failed_index, outcome.error->failed_index);
+      compare("committed transitions", expect.committed, outcome.error->committed);
       check_error_fields(step, *outcome.error);
       return;
     }
@@ -57,7 +57,7 @@ class Checks {
     if (expect.reason && outcome.reason.value_or("").find(*expect.reason) == std::string::npos) {
       mismatch("expected the reason to contain '" + *expect.reason + "', got '" + outcome.reason.value_or("") + "'");
     }
-    compare(step, "committed transitions", expect.committed, outcome.committed);
+    compare("committed transitions", expect.committed, outcome.committed);
     check_decision_expectations(step, outcome);
     check_report_expectations(step, outcome);
     if (outcome.explanation) {
@@ -67,7 +67,7 @@ class Checks {
                               outcome.explanation->reason.value_or(""));
       }
       for (const auto& [location, bytes] : expect.predicted_peak) {
-        compare_bytes(step, "predicted peak at " + location.name(), std::optional(bytes),
+        compare_bytes("predicted peak at " + location.name(), std::optional(bytes),
                 outcome.explanation->predicted_peak(location));
       }
     } else if (expect.feasible || !expect.predicted_peak.empty()) {
@@ -99,9 +99,9 @@ class Checks {
     };
     same("reclaim", expect.reclaim, decision.plan.reclaim);
     same("enter", expect.enter, decision.plan.enter);
-    compare(step, "evictions", expect.evictions,
+    compare("evictions", expect.evictions,
             std::optional(static_cast<std::int64_t>(decision.evictions.size())));
-    compare(step, "explored states", expect.explored_states, std::optional(decision.explored_states));
+    compare("explored states", expect.explored_states, std::optional(decision.explored_states));
   }
 
   // Handle ids in a description replaced by the scenario's value names,
@@ -115,10 +115,10 @@ class Checks {
         mismatch("expected the budget error at " + want.location->name() + ", got " +
                               error.budget_location->name());
       }
-      compare_bytes(step, "budget error budget", want.budget, error.budget_bytes);
-      compare_bytes(step, "budget error used bytes", want.used, error.used_bytes);
-      compare_bytes(step, "budget error reserved bytes", want.reserved, error.reserved_bytes);
-      compare_bytes(step, "budget error requested bytes", want.requested, error.requested_bytes);
+      compare_bytes("budget error budget", want.budget, error.budget_bytes);
+      compare_bytes("budget error used bytes", want.used, error.used_bytes);
+      compare_bytes("budget error reserved bytes", want.reserved, error.reserved_bytes);
+      compare_bytes("budget error requested bytes", want.requested, error.requested_bytes);
     }
     const auto version = [&](const char* what, const std::optional<std::uint64_t>& want,
                              const std::optional<std::uint64_t>& got) {
@@ -155,7 +155,7 @@ class Checks {
 
   // The fields transition reports and action explanations share.
   template <class Want, class Got>
-  void check_report_fields(const Step& step, const std::string& at, const Want& want,
+  void check_report_fields(const std::string& at, const Want& want,
                            const Got& got) {
     if (want.action && *want.action != names_.described(got.action)) {
       mismatch("expected " + at + " to be '" + *want.action + "'");
@@ -170,8 +170,8 @@ class Checks {
       mismatch("expected " + at + " destination " + name_of(*want.destination) + ", got " +
                             name_of(got.destination));
     }
-    compare_bytes(step, at + " logical bytes", want.logical_bytes, std::optional(got.logical_nbytes));
-    compare_bytes(step, at + " storage bytes", want.storage_bytes, std::optional(got.storage_nbytes));
+    compare_bytes(at + " logical bytes", want.logical_bytes, std::optional(got.logical_nbytes));
+    compare_bytes(at + " storage bytes", want.storage_bytes, std::optional(got.storage_nbytes));
     if (!reason_matches(want.reason, got.reason)) {
       mismatch("expected " + at + " reason '" + *want.reason + "', got '" + got.reason.value_or("none") + "'");
     }
@@ -195,7 +195,7 @@ class Checks {
         const TransitionExpect& want = (*expect.transitions)[i];
         const ResidencyTransitionReport& got = reports[i];
         const std::string at = "transition " + std::to_string(i) + " (" + names_.described(got.action) + ")";
-        check_report_fields(step, at, want, got);
+        check_report_fields(at, want, got);
         if (want.allocator_device) {
           const std::optional<ResidencyLocation>& device = *want.allocator_device;
           const bool same = device ? got.allocator_device && *got.allocator_device == device->device()
@@ -218,7 +218,7 @@ class Checks {
         const ExplanationExpect& want = (*expect.explanation)[i];
         const ResidencyActionExplanation& got = actions[i];
         const std::string at = "explained action " + std::to_string(i) + " (" + names_.described(got.action) + ")";
-        check_report_fields(step, at, want, got);
+        check_report_fields(at, want, got);
         if (want.executable && *want.executable != got.executable) {
           mismatch("expected " + at + " executable " + (*want.executable ? "true" : "false"));
         }
@@ -280,18 +280,18 @@ class Checks {
         mismatch("expected recoverability " + *want.recoverability + of + ", got " +
                               std::string(to_string(entry->spec.recoverability)));
       }
-      compare_bytes(step, "logical bytes" + of, want.logical_bytes, std::optional(entry->spec.logical_nbytes));
-      compare_bytes(step, "storage bytes" + of, want.storage_bytes, std::optional(entry->spec.storage_nbytes));
+      compare_bytes("logical bytes" + of, want.logical_bytes, std::optional(entry->spec.logical_nbytes));
+      compare_bytes("storage bytes" + of, want.storage_bytes, std::optional(entry->spec.storage_nbytes));
       for (const auto& [location, facts] : want.at) {
         const MaterializationSnapshot* item = entry->at(location);
         if (item == nullptr) mismatch("expected value '" + value + "' materialized at " + location.name());
         const std::string here = of + " at " + location.name();
-        compare_bytes(step, "charged bytes" + here, facts.charged, std::optional(item->charged_nbytes));
-        compare_bytes(step, "logical bytes" + here, facts.logical, std::optional(item->logical_nbytes));
-        compare_bytes(step, "storage bytes" + here, facts.storage, std::optional(item->storage_nbytes));
-        compare(step, "use count" + here, facts.uses, std::optional(item->use_count));
-        compare(step, "hold count" + here, facts.holds, std::optional(item->hold_count));
-        compare(step, "pending event count" + here, facts.pending, std::optional(item->pending_event_count));
+        compare_bytes("charged bytes" + here, facts.charged, std::optional(item->charged_nbytes));
+        compare_bytes("logical bytes" + here, facts.logical, std::optional(item->logical_nbytes));
+        compare_bytes("storage bytes" + here, facts.storage, std::optional(item->storage_nbytes));
+        compare("use count" + here, facts.uses, std::optional(item->use_count));
+        compare("hold count" + here, facts.holds, std::optional(item->hold_count));
+        compare("pending event count" + here, facts.pending, std::optional(item->pending_event_count));
       }
     }
     for (const auto& location : expect.unregistered) {
@@ -302,7 +302,7 @@ class Checks {
   }
 
   template <class T>
-  void compare(const Step& step, const std::string& what, const std::optional<T>& expected,
+  void compare(const std::string& what, const std::optional<T>& expected,
                const std::optional<T>& actual) {
     if (!expected) return;
     if (!actual) mismatch("expected " + what + " " + text(*expected) + ", got none");
@@ -318,7 +318,7 @@ class Checks {
     const std::string human = format_bytes(bytes);
     return bytes > -1024 && bytes < 1024 ? human : human + " (" + std::to_string(bytes) + " B)";
   }
-  void compare_bytes(const Step& step, const std::string& what,
+  void compare_bytes(const std::string& what,
                      const std::optional<std::int64_t>& expected, const std::optional<std::int64_t>& actual) {
     if (!expected) return;
     if (!actual) mismatch("expected " + what + " " + bytes_text(*expected) + ", got none");
@@ -333,34 +333,34 @@ class Checks {
     const bool needs_snapshot = !expect.locations.empty() || !expect.resident.empty() || !expect.discarded.empty();
     if (expect.faults_fired) {
       const auto fired = faults_fired;
-      compare(step, "faults fired", expect.faults_fired, std::optional(fired));
+      compare("faults fired", expect.faults_fired, std::optional(fired));
     }
     if (!needs_snapshot && !expect.diagnostics) return;
     if (snapshot == nullptr) mismatch("snapshot expectations need an open manager");
     if (expect.diagnostics) {
-      compare(step, "diagnostics", expect.diagnostics,
+      compare("diagnostics", expect.diagnostics,
               std::optional(diagnostics()));
     }
     for (const auto& [location, want] : expect.locations) {
       const ResidencyLocationSnapshot* got = snapshot->location(location);
       if (got == nullptr) mismatch("expected location " + location.name() + " to be registered");
       const std::string at = " at " + location.name();
-      if (want.budget) compare_bytes(step, "budget" + at, want.budget, got->budget_bytes);
-      compare_bytes(step, "used bytes" + at, want.used, std::optional(got->used_bytes));
-      compare_bytes(step, "reserved bytes" + at, want.reserved, std::optional(got->reserved_bytes));
+      if (want.budget) compare_bytes("budget" + at, want.budget, got->budget_bytes);
+      compare_bytes("used bytes" + at, want.used, std::optional(got->used_bytes));
+      compare_bytes("reserved bytes" + at, want.reserved, std::optional(got->reserved_bytes));
       if (want.remaining && *want.remaining != got->remaining_budget_bytes) {
         mismatch("expected remaining bytes" + at + " " +
                               (*want.remaining ? bytes_text(**want.remaining) : "none") + ", got " +
                               (got->remaining_budget_bytes ? bytes_text(*got->remaining_budget_bytes) : "none"));
       }
-      compare_bytes(step, "peak used bytes" + at, want.peak_used, std::optional(got->peak_used_bytes));
-      compare_bytes(step, "peak charged bytes" + at, want.peak_charged,
+      compare_bytes("peak used bytes" + at, want.peak_used, std::optional(got->peak_used_bytes));
+      compare_bytes("peak charged bytes" + at, want.peak_charged,
                     std::optional(got->peak_charged_bytes));
-      compare(step, "value count" + at, want.values, std::optional(got->value_count));
-      compare(step, "reservation count" + at, want.reservations, std::optional(got->reservation_count));
-      compare(step, "use count" + at, want.uses, std::optional(got->use_count));
-      compare(step, "hold count" + at, want.holds, std::optional(got->hold_count));
-      compare(step, "pending event count" + at, want.pending, std::optional(got->pending_event_count));
+      compare("value count" + at, want.values, std::optional(got->value_count));
+      compare("reservation count" + at, want.reservations, std::optional(got->reservation_count));
+      compare("use count" + at, want.uses, std::optional(got->use_count));
+      compare("hold count" + at, want.holds, std::optional(got->hold_count));
+      compare("pending event count" + at, want.pending, std::optional(got->pending_event_count));
     }
     for (const auto& [value, places] : expect.resident) {
       const ResidencyValueSnapshot* entry = snapshot->value(names_.handle(value));

@@ -171,7 +171,7 @@ void ManagerCore::apply_locked(ValueRecord& record, const TransitionDecision& de
   if (decision.install) {
     TransferSource from = decision.load
                               ? load_locked(record)
-                              : TransferSource{*decision.source, record.at(*decision.source)->value, false};
+                              : TransferSource{*decision.source, record.at(*decision.source)->value, false, {}};
     materialize_locked(record, std::move(from), *decision.destination, stream, decision.exclusive_transition);
   }
   if (decision.remove) remove_materialization_locked(record, *decision.remove);
