@@ -579,6 +579,8 @@ class Replayer {
   void collect_activity() {
     if (!simulated_ || !result_.stream_activity.empty()) return;
     for (const RuntimeActivity& activity : simulated_->activity()) {
+      // Queued behind work that never completes: it never starts either.
+      if (activity.start_ns == SimulatedRuntime::never) continue;
       StreamSlice slice;
       slice.kind = activity.kind == RuntimeActivity::Kind::copy   ? "copy"
                    : activity.kind == RuntimeActivity::Kind::work ? "work"
