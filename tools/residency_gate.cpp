@@ -214,7 +214,9 @@ class Gate {
     for (const auto& [run_name, run] : runs) {
       if (run_name.rfind(name + "/", 0) != 0 || run.value("run_type", "") != "iteration") continue;
       const double n = std::stod(run_name.substr(name.size() + 1));
-      points.emplace_back(std::log(n), std::log(run.at("cpu_time").get<double>()));
+      // A benchmark that measures wall time (work on other threads) is fitted on it.
+      const bool wall = run_name.find("/real_time") != std::string::npos;
+      points.emplace_back(std::log(n), std::log(run.at(wall ? "real_time" : "cpu_time").get<double>()));
     }
     if (points.size() < 3) {
       add("complexity " + name, "missing", "at least 3 sizes", false);
