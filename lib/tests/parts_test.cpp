@@ -27,21 +27,15 @@ struct FakeView {
   }
   std::size_t count() const { return locations.size(); }
   std::optional<ResidencyLocation> first(const std::optional<ResidencyLocation>& exclude) const {
-    std::optional<ResidencyLocation> best;
-    for (const auto& location : locations) {
-      if ((!exclude || location != *exclude) && (!best || location < *best)) best = location;
-    }
-    return best;
+    return smallest_location(locations, exclude, [](const ResidencyLocation& at) { return at; });
   }
   bool protected_at(const ResidencyLocation& location) const {
     return resident(location) && protected_places.count(location) != 0;
   }
   std::vector<ResidencyLocation> protected_locations() const {
-    std::vector<ResidencyLocation> result;
-    for (const auto& location : locations) {
-      if (protected_at(location)) result.push_back(location);
-    }
-    return result;
+    return protected_locations_of(
+        locations, [](const ResidencyLocation& at) { return at; },
+        [this](const ResidencyLocation& at) { return protected_at(at); });
   }
 };
 

@@ -18,29 +18,23 @@ std::string value_name(const ValueRecord& record) {
 // A value's real state, as the transition rules see it (after reaping, so
 // protection is exactly the counts).
 class RecordView {
+  static const ResidencyLocation& location_of(const Materialization& item) { return item.location; }
+
  public:
   explicit RecordView(const ValueRecord& record) : record_(record) {}
   const ValueRecord& record() const { return record_; }
   bool resident(const ResidencyLocation& location) const { return record_.at(location) != nullptr; }
   std::size_t count() const { return record_.materializations.size(); }
   std::optional<ResidencyLocation> first(const std::optional<ResidencyLocation>& exclude) const {
-    std::optional<ResidencyLocation> best;
-    for (const auto& item : record_.materializations) {
-      if (exclude && item.location == *exclude) continue;
-      if (!best || item.location < *best) best = item.location;
-    }
-    return best;
+    return smallest_location(record_.materializations, exclude, location_of);
   }
   bool protected_at(const ResidencyLocation& location) const {
     const Materialization* item = record_.at(location);
     return item != nullptr && item->is_protected();
   }
   std::vector<ResidencyLocation> protected_locations() const {
-    std::vector<ResidencyLocation> result;
-    for (const auto& item : record_.materializations) {
-      if (item.is_protected()) result.push_back(item.location);
-    }
-    return result;
+    return protected_locations_of(record_.materializations, location_of,
+                                  [](const Materialization& item) { return item.is_protected(); });
   }
 
  private:

@@ -95,6 +95,8 @@ class Shadow {
 // Protection is the real materialization's (the plan cannot change it),
 // pending protection ending when its events have completed.
 class ShadowView {
+  static const ResidencyLocation& same(const ResidencyLocation& location) { return location; }
+
  public:
   using Protection = std::function<bool(const Materialization&)>;
 
@@ -107,23 +109,14 @@ class ShadowView {
   }
   std::size_t count() const { return locations_.size(); }
   std::optional<ResidencyLocation> first(const std::optional<ResidencyLocation>& exclude) const {
-    std::optional<ResidencyLocation> best;
-    for (const auto& location : locations_) {
-      if (exclude && location == *exclude) continue;
-      if (!best || location < *best) best = location;
-    }
-    return best;
+    return smallest_location(locations_, exclude, same);
   }
   bool protected_at(const ResidencyLocation& location) const {
     const Materialization* item = record_.at(location);
     return item != nullptr && protection_(*item);
   }
   std::vector<ResidencyLocation> protected_locations() const {
-    std::vector<ResidencyLocation> result;
-    for (const auto& location : locations_) {
-      if (protected_at(location)) result.push_back(location);
-    }
-    return result;
+    return protected_locations_of(locations_, same, [this](const ResidencyLocation& at) { return protected_at(at); });
   }
 
  private:

@@ -52,6 +52,30 @@ struct TransitionDecision {
   bool refused() const { return refusal != Refusal::none; }
 };
 
+// Helpers for views: the smallest location of `items` (read through
+// `location_of`) other than `exclude`, and those that `is_protected`, in order.
+template <class Range, class LocationOf>
+std::optional<ResidencyLocation> smallest_location(const Range& items, const std::optional<ResidencyLocation>& exclude,
+                                                   LocationOf location_of) {
+  std::optional<ResidencyLocation> best;
+  for (const auto& item : items) {
+    const ResidencyLocation& location = location_of(item);
+    if (exclude && location == *exclude) continue;
+    if (!best || location < *best) best = location;
+  }
+  return best;
+}
+
+template <class Range, class LocationOf, class Protected>
+std::vector<ResidencyLocation> protected_locations_of(const Range& items, LocationOf location_of,
+                                                      Protected is_protected) {
+  std::vector<ResidencyLocation> result;
+  for (const auto& item : items) {
+    if (is_protected(item)) result.push_back(location_of(item));
+  }
+  return result;
+}
+
 template <class View>
 TransitionDecision decide_transition(const ResidencyAction& action, const View& value) {
   const ValueRecord& record = value.record();
