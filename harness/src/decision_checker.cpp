@@ -107,7 +107,21 @@ std::vector<InvariantViolation> check_unchanged(const ResidencySnapshot& before,
              std::to_string(after.state_version));
   }
   if (before.values != after.values) violated("value snapshots changed");
-  if (before.locations != after.locations) violated("location accounting changed");
+  // Allocator figures are telemetry sampled from the runtime by each
+  // snapshot (best effort, and a fault may fail the sampling); the manager's
+  // own accounting is everything else.
+  if (before.locations.size() != after.locations.size()) {
+    violated("registered locations changed from " + std::to_string(before.locations.size()) + " to " +
+             std::to_string(after.locations.size()));
+  } else {
+    for (std::size_t i = 0; i < before.locations.size(); ++i) {
+      ResidencyLocationSnapshot was = before.locations[i];
+      ResidencyLocationSnapshot is = after.locations[i];
+      was.allocator_allocated_bytes = is.allocator_allocated_bytes = std::nullopt;
+      was.allocator_reserved_bytes = is.allocator_reserved_bytes = std::nullopt;
+      if (was != is) violated("location accounting changed at " + was.location.name());
+    }
+  }
   if (before.reservations != after.reservations) violated("reservations changed");
   return violations;
 }

@@ -13,7 +13,7 @@ std::vector<InvariantViolation> check_explained_run(const ExplainedRun& run) {
   }
   const ResidencyPlanExplanation& explanation = *run.explanation;
   std::vector<InvariantViolation> violations;
-  if (!explanation.feasible || run.faults_fired) return violations;
+  if (!explanation.feasible || run.faults_fired || run.device_refused) return violations;
   if (run.error_kind) {
     if (*run.error_kind != "stale" && *run.error_kind != "invalid_argument") {
       violations.push_back(

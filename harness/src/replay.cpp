@@ -156,6 +156,7 @@ class Replayer {
         last_snapshot_ ? std::optional(last_snapshot_->state_version) : std::nullopt;
     std::optional<ResidencyPlanExplanation> preflight;
     const auto peaks_before = last_peaks_;
+    const std::int64_t refusals_before = simulated_ ? simulated_->device_refusals() : 0;
     // The controller decides from a fresh snapshot (which reaps completed
     // work); the checks compare against the same state.
     std::optional<ResidencySnapshot> before;
@@ -209,6 +210,9 @@ class Replayer {
       ExplainedRun run;
       run.explanation = &*preflight;
       run.faults_fired = faults_fired;
+      // On the torch runtime only the error tells that the device was out of memory.
+      run.device_refused = (simulated_ && simulated_->device_refusals() > refusals_before) ||
+                           (outcome.error && outcome.error->kind == "out_of_memory");
       if (outcome.error) {
         run.error_kind = outcome.error->kind;
         run.error_message = outcome.error->message;
@@ -264,6 +268,18 @@ class Replayer {
     return outcome;
   }
 
+  // A lifetime or decision a step refers to; it is missing at run time when
+  // the step that was to make it failed (a logic error of the scenario).
+  template <class Map>
+  static typename Map::mapped_type& made(Map& made, const std::string& name, const char* what, const char* maker) {
+    const auto found = made.find(name);
+    if (found == made.end()) {
+      throw std::logic_error(std::string(what) + " '" + name + "' does not exist: the " + maker +
+                             " step that was to make it failed");
+    }
+    return found->second;
+  }
+
   Outcome perform(const Step& step, std::optional<ResidencyPlanExplanation>& preflight) {
     Outcome outcome;
     const auto stream_arg = [&]() -> std::optional<c10::Stream> {
@@ -303,7 +319,7 @@ class Replayer {
       }
       case StepKind::scope_enter: {
         if (!step.decision.empty()) {
-          const ResidencyDecision& decision = decisions_.at(step.decision);
+          const ResidencyDecision& decision = made(decisions_, step.decision, "decision", "decide");
           preflight = decision.explanation;
           auto [it, inserted] =
               scopes_.insert_or_assign(step.name, controller_->scope(decision, names_.transfer_streams(step)));
@@ -320,7 +336,7 @@ class Replayer {
         return outcome;
       }
       case StepKind::scope_close: {
-        const auto report = scopes_.at(step.name).close();
+        const auto report = made(scopes_, step.name, "scope", "scope_enter").close();
         outcome.no_op = !report.has_value();
         if (report) {
           outcome.committed = static_cast<std::int64_t>(report->transitions.size());
@@ -337,12 +353,12 @@ class Replayer {
         return outcome;
       }
       case StepKind::add_consumer_stream:
-        leases_.at(step.name).add_consumer_stream(Declarations::stream(*step.stream));
+        made(leases_, step.name, "lease", "acquire").add_consumer_stream(Declarations::stream(*step.stream));
         return outcome;
       case StepKind::release:
-        if (step.lifetime_kind == "lease") leases_.at(step.name).release(step.wait);
-        if (step.lifetime_kind == "hold") holds_.at(step.name).release();
-        if (step.lifetime_kind == "reservation") reservations_.at(step.name).release();
+        if (step.lifetime_kind == "lease") made(leases_, step.name, "lease", "acquire").release(step.wait);
+        if (step.lifetime_kind == "hold") made(holds_, step.name, "hold", "hold").release();
+        if (step.lifetime_kind == "reservation") made(reservations_, step.name, "reservation", "reserve").release();
         return outcome;
       case StepKind::abandon:
         // Destroying an active lifetime releases it safely and reports it.

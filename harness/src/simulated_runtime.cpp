@@ -135,6 +135,7 @@ at::Tensor SimulatedRuntime::allocate_copy(const at::Tensor& tensor, const Resid
     const auto capacity = options_.capacity_bytes.find(destination);
     if (capacity != options_.capacity_bytes.end() && usage.live + nbytes > capacity->second) {
       std::free(data);
+      device_refusals_.fetch_add(1);
       TORCH_CHECK_WITH(OutOfMemoryError, false, "simulated allocator out of memory at ", destination.name(),
                        ": tried to allocate ", nbytes, " bytes with ", usage.live, " of ", capacity->second,
                        " bytes in use");
@@ -166,9 +167,12 @@ at::Tensor SimulatedRuntime::allocate_copy(const at::Tensor& tensor, const Resid
   return copy;
 }
 
+std::int64_t SimulatedRuntime::device_refusals() const { return device_refusals_.load(); }
+
 ResidentValue SimulatedRuntime::do_copy_to(const ResidentValue& value, const ResidencyLocation& destination,
                                            const std::optional<c10::Stream>& stream) {
   if (destination.kind() == residency::ResidencyLocationKind::pinned_host && !options_.can_pin) {
+    device_refusals_.fetch_add(1);
     throw residency::ResidencyUnavailableError("simulated runtime was configured without pinned host memory");
   }
   std::vector<at::Tensor> tensors;
@@ -300,6 +304,7 @@ void SimulatedRuntime::do_synchronize_event(const CompletionEvent& event) {
   const SimulatedEvent& typed = simulated_event(event);
   std::lock_guard lock(clock_->mutex);
   if (typed.completes_at_ns == never) {
+    device_refusals_.fetch_add(1);
     throw std::runtime_error("simulated wait would never return: the event on cuda:" + std::to_string(typed.device) +
                              " stream " + std::to_string(typed.stream_id) + " never completes");
   }
@@ -311,6 +316,7 @@ void SimulatedRuntime::do_synchronize_stream(const c10::Stream& stream) {
   std::lock_guard lock(clock_->mutex);
   Clock::StreamState& state = clock_->state(stream);
   if (state.tail_ns == never) {
+    device_refusals_.fetch_add(1);
     throw std::runtime_error("simulated wait would never return: stream " + std::to_string(stream.id()) + " on " +
                              stream.device().str() + " never completes its work");
   }

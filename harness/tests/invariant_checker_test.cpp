@@ -2,6 +2,7 @@
 // built by hand to break exactly one rule at a time.
 #include <gtest/gtest.h>
 
+#include "fhelium/harness/decision_checker.hpp"
 #include "fhelium/harness/explain_checker.hpp"
 #include "fhelium/harness/invariant_checker.hpp"
 
@@ -156,8 +157,29 @@ TEST(ExplainChecker, IgnoresFaultedRunsInfeasiblePlansAndRefusals) {
     run.error_kind = refusal;
     EXPECT_TRUE(check_explained_run(run).empty()) << refusal;
   }
+  // The device refusing an allocation (capacity, no pinned memory) is not a
+  // prediction explain makes: budgets are.
+  run.error_kind = "plan_execution";
+  EXPECT_EQ(names(check_explained_run(run)), std::vector<std::string>{"explain-execute"});
+  run.device_refused = true;
+  EXPECT_TRUE(check_explained_run(run).empty());
   run.after = nullptr;
   EXPECT_THROW(check_explained_run(run), std::invalid_argument);
+}
+
+TEST(DecisionChecker, ReadOnlyIgnoresAllocatorTelemetryButNotAccounting) {
+  const ResidencySnapshot before("m", 3, {value({at(CUDA0)})}, {location(CUDA0, 100)}, {}, 5);
+  // The allocator sampled differently (or a fault failed the sampling): not a change of state.
+  ResidencyLocationSnapshot sampled = location(CUDA0, 100);
+  sampled.allocator_allocated_bytes = 4096;
+  sampled.allocator_reserved_bytes = 8192;
+  EXPECT_TRUE(check_unchanged(before, ResidencySnapshot("m", 3, {value({at(CUDA0)})}, {sampled}, {}, 5)).empty());
+  // The manager's own accounting is.
+  const auto changed = check_unchanged(before, ResidencySnapshot("m", 3, {value({at(CUDA0)})}, {location(CUDA0, 100, 1, 150)}, {}, 5));
+  ASSERT_EQ(names(changed), std::vector<std::string>{"decide-read-only"});
+  EXPECT_NE(changed.front().detail.find("cuda:0"), std::string::npos) << changed.front().detail;
+  EXPECT_EQ(names(check_unchanged(before, ResidencySnapshot("m", 3, {value({at(CUDA0)})}, {}, {}, 5))),
+            std::vector<std::string>{"decide-read-only"});
 }
 
 }  // namespace

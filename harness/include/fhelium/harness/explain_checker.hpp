@@ -21,6 +21,11 @@ struct ExplainedRun {
   const residency::ResidencyPlanExplanation* explanation = nullptr;
   // Whether any fault fired during the run (the prediction then does not apply).
   bool faults_fired = false;
+  // Whether the device refused a call during the run (allocator capacity
+  // exhausted, no pinned memory, a wait on work that never completes):
+  // explain judges budgets and protection, not the device's physical room
+  // or its streams, so its prediction does not apply either.
+  bool device_refused = false;
   // How the run failed (an error kind of error_kind.hpp), when it did.
   std::optional<std::string> error_kind;
   std::string error_message;

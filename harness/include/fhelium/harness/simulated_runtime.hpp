@@ -17,6 +17,7 @@
 // Thread-safe: all methods may be called concurrently.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <limits>
 #include <map>
@@ -93,6 +94,10 @@ class SimulatedRuntime final : public residency::DeviceRuntime {
   std::int64_t live_bytes(const ResidencyLocation& location) const;
   // Number of events recorded so far.
   std::int64_t events_recorded() const;
+  // Calls the simulated device refused so far because it could not do them:
+  // a copy past an allocator capacity or to pinned memory configured away,
+  // a wait on work that never completes.
+  std::int64_t device_refusals() const;
   // Everything logged so far, in the order it happened (empty unless
   // record_activity is set).
   std::vector<RuntimeActivity> activity() const;
@@ -124,6 +129,7 @@ class SimulatedRuntime final : public residency::DeviceRuntime {
   const SimulatedRuntimeOptions options_;
   std::shared_ptr<Registry> registry_;
   std::unique_ptr<Clock> clock_;
+  std::atomic<std::int64_t> device_refusals_{0};
 };
 
 }  // namespace fhelium::harness
