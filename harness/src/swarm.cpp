@@ -61,6 +61,9 @@ struct GenValue {
   // Where the generator believes it is resident (its transitions may have
   // failed at run time, so only a guide for picking likely-legal steps).
   std::set<std::string> likely;
+  // Another value aliases its storage: no step may move, drop or discard
+  // it, or the aliasing adoption (or load) would be legal.
+  bool frozen = false;
 };
 
 struct Open {
@@ -200,8 +203,9 @@ class Generator {
         }
       }
       if (!virtual_payload_ && source_faults_ && (value.source || value.deferred) && chance(0.3)) {
-        for (const auto& other : decls_) {
+        for (auto& other : decls_) {
           if (!other.source && !other.deferred && other.at == value.at) {
+            other.frozen = true;
             values_ << ", aliases: " << other.name;
             break;
           }
@@ -248,7 +252,11 @@ class Generator {
   std::string actions(std::int64_t lo, std::int64_t hi) {
     std::vector<std::string> list;
     const auto count = uniform(lo, hi);
-    for (std::int64_t i = 0; i < count; ++i) list.push_back(action(pick(decls_)));
+    // Frozen values take no actions; some value always is not frozen.
+    while (static_cast<std::int64_t>(list.size()) < count) {
+      const GenValue& value = pick(decls_);
+      if (!value.frozen) list.push_back(action(value));
+    }
     return "[" + join(list, ", ") + "]";
   }
 
@@ -295,7 +303,7 @@ class Generator {
     // Values discarded earlier (if the discard succeeded) only sometimes:
     // the refusal is worth a step now and then, not most of them.
     for (auto& value : decls_) {
-      if (value.created && (discarded_.count(value.name) == 0 || chance(0.1))) live.push_back(&value);
+      if (value.created && !value.frozen && (discarded_.count(value.name) == 0 || chance(0.1))) live.push_back(&value);
     }
     if (live.empty()) return nullptr;
     return live[static_cast<std::size_t>(next() % live.size())];
