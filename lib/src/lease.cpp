@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "detail/manager_core.hpp"
+#include "detail/observation.hpp"
 #include "fhelium/residency/errors.hpp"
 #include "fhelium/residency/value.hpp"
 
@@ -36,11 +37,28 @@ void LifetimeToken::abandon() noexcept {
   if (!active_) return;
   active_ = false;
   ((*core_).*abandon_)(token_);
+  if (core_->observed()) {
+    ObservedOperation operation;
+    operation.call = abandon_ == &ManagerCore::abandon_lease  ? ObservedCall::lease_abandon
+                     : abandon_ == &ManagerCore::abandon_hold ? ObservedCall::hold_abandon
+                                                              : ObservedCall::reservation_abandon;
+    operation.lifetime = token_;
+    core_->observe(std::move(operation));
+  }
 }
 
 }  // namespace detail
 
 namespace {
+
+using detail::observe_call;
+using detail::observed;
+
+ObservedOperation ended(ObservedCall call, const detail::LifetimeToken& lifetime) {
+  ObservedOperation operation = observed(call);
+  operation.lifetime = lifetime.token();
+  return operation;
+}
 
 void require_active(const detail::LifetimeToken& lifetime) {
   if (!lifetime.active()) throw ResidencyLifetimeClosedError("residency lease has been released");
@@ -61,20 +79,38 @@ ResidentValue ResidencyLease::value(const ResidencyHandle& handle) const {
 
 void ResidencyLease::add_consumer_stream(const c10::Stream& stream) {
   require_active(lifetime_);
-  lifetime_.core().add_consumer_stream(lifetime_.token(), stream);
+  observe_call(
+      lifetime_.core(),
+      [&] {
+        ObservedOperation operation = ended(ObservedCall::add_consumer_stream, lifetime_);
+        operation.stream = stream;
+        return operation;
+      },
+      [&] { lifetime_.core().add_consumer_stream(lifetime_.token(), stream); },
+      [](ObservedOperation&) {});
 }
 
 void ResidencyLease::release(bool wait) {
   if (!lifetime_.active()) return;
-  try {
-    lifetime_.core().release_lease(lifetime_.token(), wait);
-  } catch (const ResidencyReentrancyError&) {
-    throw;  // rejected before anything changed: the lease is still active
-  } catch (...) {
-    lifetime_.deactivate();  // the borrow ended; only the wait for its events failed
-    throw;
-  }
-  lifetime_.deactivate();
+  observe_call(
+      lifetime_.core(),
+      [&] {
+        ObservedOperation operation = ended(ObservedCall::lease_release, lifetime_);
+        operation.wait = wait;
+        return operation;
+      },
+      [&] {
+        try {
+          lifetime_.core().release_lease(lifetime_.token(), wait);
+        } catch (const ResidencyReentrancyError&) {
+          throw;  // rejected before anything changed: the lease is still active
+        } catch (...) {
+          lifetime_.deactivate();  // the borrow ended; only the wait for its events failed
+          throw;
+        }
+        lifetime_.deactivate();
+      },
+      [](ObservedOperation&) {});
 }
 
 ResidencyHold::ResidencyHold(std::shared_ptr<detail::ManagerCore> core, std::uint64_t token,
@@ -85,8 +121,13 @@ ResidencyHold::ResidencyHold(std::shared_ptr<detail::ManagerCore> core, std::uin
 
 void ResidencyHold::release() {
   if (!lifetime_.active()) return;
-  lifetime_.core().release_hold(lifetime_.token());
-  lifetime_.deactivate();
+  observe_call(
+      lifetime_.core(), [&] { return ended(ObservedCall::hold_release, lifetime_); },
+      [&] {
+        lifetime_.core().release_hold(lifetime_.token());
+        lifetime_.deactivate();
+      },
+      [](ObservedOperation&) {});
 }
 
 ResidencyReservation::ResidencyReservation(std::shared_ptr<detail::ManagerCore> core, std::uint64_t token,
@@ -98,8 +139,13 @@ ResidencyReservation::ResidencyReservation(std::shared_ptr<detail::ManagerCore> 
 
 void ResidencyReservation::release() {
   if (!lifetime_.active()) return;
-  lifetime_.core().release_reservation(lifetime_.token());
-  lifetime_.deactivate();
+  observe_call(
+      lifetime_.core(), [&] { return ended(ObservedCall::reservation_release, lifetime_); },
+      [&] {
+        lifetime_.core().release_reservation(lifetime_.token());
+        lifetime_.deactivate();
+      },
+      [](ObservedOperation&) {});
 }
 
 }  // namespace fhelium::residency

@@ -3,9 +3,28 @@
 #include "fhelium/residency/manager.hpp"
 
 #include "detail/manager_core.hpp"
+#include "detail/observation.hpp"
 #include "fhelium/residency/value.hpp"
 
 namespace fhelium::residency {
+
+using detail::observe_call;
+using detail::observed;
+
+namespace {
+
+ObservedOperation transition(ObservedCall call, const ResidencyHandle& handle, std::optional<ResidencyLocation> at,
+                             const std::optional<c10::Stream>& stream) {
+  ObservedOperation operation = observed(call);
+  operation.handles = {handle};
+  operation.location = at;
+  operation.stream = stream;
+  return operation;
+}
+
+void note_report(ObservedOperation& operation, const ResidencyTransitionReport& report) { operation.no_op = report.no_op; }
+
+}  // namespace
 
 ResidencyManager::ResidencyManager(ManagerOptions options)
     : core_(std::make_shared<detail::ManagerCore>(std::move(options))) {}
@@ -19,22 +38,50 @@ const std::shared_ptr<DeviceRuntime>& ResidencyManager::runtime() const noexcept
 
 ResidencyHandle ResidencyManager::adopt(ResidentValue value, std::optional<ResidencyLocation> at,
                                         ReplicaMode replica_mode) {
-  return core_->adopt(std::move(value), at, replica_mode);
+  return observe_call(
+      *core_,
+      [&] {
+        ObservedOperation operation = observed(ObservedCall::adopt);
+        operation.location = at ? at : core_->runtime()->locate(value);
+        operation.replica_mode = replica_mode;
+        operation.nbytes = value.logical_nbytes();
+        try {  // the spec the manager records
+          operation.spec.emplace(value.type_name(), value.logical_nbytes(),
+                                 std::max(value.logical_nbytes(), value.storage_nbytes()), replica_mode,
+                                 Recoverability::must_preserve);
+        } catch (const std::exception&) {
+          // Not a valid spec: the adoption fails, and says why.
+        }
+        return operation;
+      },
+      [&] { return core_->adopt(std::move(value), at, replica_mode); },
+      [](ObservedOperation& operation, const ResidencyHandle& handle) { operation.handles = {handle}; });
 }
 
 ResidencyHandle ResidencyManager::register_source(ResidencyValueSpec spec, std::shared_ptr<ResidencySource> source,
                                                   ResidencyLocation source_location) {
-  return core_->register_source(std::move(spec), std::move(source), source_location);
+  return observe_call(
+      *core_,
+      [&] {
+        ObservedOperation operation = observed(ObservedCall::register_source);
+        operation.spec = spec;
+        operation.location = source_location;
+        return operation;
+      },
+      [&] { return core_->register_source(std::move(spec), std::move(source), source_location); },
+      [](ObservedOperation& operation, const ResidencyHandle& handle) { operation.handles = {handle}; });
 }
 
 ResidencyHandle ResidencyManager::register_source(ResidencyValueSpec spec, std::function<ResidentValue()> load,
                                                   ResidencyLocation source_location) {
-  return core_->register_source(std::move(spec), make_source(std::move(load)), source_location);
+  return register_source(std::move(spec), make_source(std::move(load)), source_location);
 }
 
 ResidencyTransitionReport ResidencyManager::ensure(const ResidencyHandle& handle, const ResidencyLocation& at,
                                                    std::optional<c10::Stream> stream) {
-  return core_->run_action(EnsureResident{handle, at}, stream);
+  return observe_call(
+      *core_, [&] { return transition(ObservedCall::ensure, handle, at, stream); },
+      [&] { return core_->run_action(EnsureResident{handle, at}, stream); }, note_report);
 }
 
 ResidencyTransitionReport ResidencyManager::copy(const ResidencyHandle& handle, const ResidencyLocation& to,
@@ -45,26 +92,57 @@ ResidencyTransitionReport ResidencyManager::copy(const ResidencyHandle& handle, 
 ResidencyTransitionReport ResidencyManager::move(const ResidencyHandle& handle, const ResidencyLocation& to,
                                                  std::optional<ResidencyLocation> from_location,
                                                  std::optional<c10::Stream> stream) {
-  return core_->run_action(MoveResident{handle, to, from_location}, stream);
+  return observe_call(
+      *core_,
+      [&] {
+        ObservedOperation operation = transition(ObservedCall::move, handle, to, stream);
+        operation.from = from_location;
+        return operation;
+      },
+      [&] { return core_->run_action(MoveResident{handle, to, from_location}, stream); }, note_report);
 }
 
 ResidencyTransitionReport ResidencyManager::drop(const ResidencyHandle& handle, const ResidencyLocation& at) {
-  return core_->run_action(DropResident{handle, at}, std::nullopt);
+  return observe_call(
+      *core_, [&] { return transition(ObservedCall::drop, handle, at, std::nullopt); },
+      [&] { return core_->run_action(DropResident{handle, at}, std::nullopt); }, note_report);
 }
 
 ResidencyTransitionReport ResidencyManager::discard(const ResidencyHandle& handle) {
-  return core_->run_action(DiscardValue{handle}, std::nullopt);
+  return observe_call(
+      *core_, [&] { return transition(ObservedCall::discard, handle, std::nullopt, std::nullopt); },
+      [&] { return core_->run_action(DiscardValue{handle}, std::nullopt); }, note_report);
 }
 
 ResidencyPlanReport ResidencyManager::execute_actions(const std::vector<ResidencyAction>& actions,
                                                       const std::string& name, const TransferStreams& transfer_streams,
                                                       std::optional<std::uint64_t> expected_state_version) {
-  return core_->execute_actions(actions, name, transfer_streams, expected_state_version);
+  return observe_call(
+      *core_,
+      [&] {
+        ObservedOperation operation = observed(ObservedCall::execute_actions);
+        operation.actions = actions;
+        operation.name = name;
+        operation.transfer_streams = transfer_streams;
+        operation.expected_state_version = expected_state_version;
+        return operation;
+      },
+      [&] { return core_->execute_actions(actions, name, transfer_streams, expected_state_version); },
+      [](ObservedOperation&, const ResidencyPlanReport&) {});
 }
 
 ResidencyPlanExplanation ResidencyManager::explain(const ResidencyPlan& plan,
                                                    std::optional<std::uint64_t> expected_state_version) const {
-  return core_->explain(plan, expected_state_version);
+  return observe_call(
+      *core_,
+      [&] {
+        ObservedOperation operation = observed(ObservedCall::explain);
+        operation.plan = plan;
+        operation.expected_state_version = expected_state_version;
+        return operation;
+      },
+      [&] { return core_->explain(plan, expected_state_version); },
+      [](ObservedOperation&, const ResidencyPlanExplanation&) {});
 }
 
 ResidencyScope ResidencyManager::scope(ResidencyPlan plan, TransferStreams transfer_streams,
@@ -74,28 +152,75 @@ ResidencyScope ResidencyManager::scope(ResidencyPlan plan, TransferStreams trans
 
 ResidencyLease ResidencyManager::acquire(const std::vector<ResidencyHandle>& handles, const ResidencyLocation& at,
                                          std::optional<c10::Stream> consumer_stream) {
-  std::vector<ResidencyHandle> unique = detail::unique_handles(handles, "acquire");
-  const std::uint64_t token = core_->acquire(unique, at, consumer_stream);
-  return ResidencyLease(core_, token, std::move(unique), at);
+  return observe_call(
+      *core_,
+      [&] {
+        ObservedOperation operation = observed(ObservedCall::acquire);
+        operation.handles = handles;
+        operation.location = at;
+        operation.stream = consumer_stream;
+        return operation;
+      },
+      [&] {
+        std::vector<ResidencyHandle> unique = detail::unique_handles(handles, "acquire");
+        const std::uint64_t token = core_->acquire(unique, at, consumer_stream);
+        return ResidencyLease(core_, token, std::move(unique), at);
+      },
+      [](ObservedOperation& operation, const ResidencyLease& lease) { operation.lifetime = lease.lifetime_.token(); });
 }
 
 ResidencyHold ResidencyManager::hold(const std::vector<ResidencyHandle>& handles, const ResidencyLocation& at) {
-  std::vector<ResidencyHandle> unique = detail::unique_handles(handles, "hold");
-  const std::uint64_t token = core_->hold(unique, at);
-  return ResidencyHold(core_, token, std::move(unique), at);
+  return observe_call(
+      *core_,
+      [&] {
+        ObservedOperation operation = observed(ObservedCall::hold);
+        operation.handles = handles;
+        operation.location = at;
+        return operation;
+      },
+      [&] {
+        std::vector<ResidencyHandle> unique = detail::unique_handles(handles, "hold");
+        const std::uint64_t token = core_->hold(unique, at);
+        return ResidencyHold(core_, token, std::move(unique), at);
+      },
+      [](ObservedOperation& operation, const ResidencyHold& hold) { operation.lifetime = hold.lifetime_.token(); });
 }
 
 ResidencyReservation ResidencyManager::reserve(const ResidencyLocation& location, std::int64_t nbytes,
                                                const std::string& label) {
-  const std::uint64_t token = core_->reserve(location, nbytes, label);
-  return ResidencyReservation(core_, token, location, nbytes, label);
+  return observe_call(
+      *core_,
+      [&] {
+        ObservedOperation operation = observed(ObservedCall::reserve);
+        operation.location = location;
+        operation.nbytes = nbytes;
+        operation.name = label;
+        return operation;
+      },
+      [&] {
+        const std::uint64_t token = core_->reserve(location, nbytes, label);
+        return ResidencyReservation(core_, token, location, nbytes, label);
+      },
+      [](ObservedOperation& operation, const ResidencyReservation& reservation) {
+        operation.lifetime = reservation.lifetime_.token();
+      });
 }
 
 ResidencySnapshot ResidencyManager::snapshot() const { return core_->snapshot(); }
 std::vector<ResidencyTransitionReport> ResidencyManager::trace() const { return core_->trace(); }
 void ResidencyManager::clear_trace() { core_->clear_trace(); }
 std::vector<std::string> ResidencyManager::diagnostics() const { return core_->diagnostics(); }
-void ResidencyManager::close(bool wait, bool force) { core_->close(wait, force); }
+void ResidencyManager::close(bool wait, bool force) {
+  observe_call(
+      *core_,
+      [&] {
+        ObservedOperation operation = observed(ObservedCall::close);
+        operation.wait = wait;
+        operation.force = force;
+        return operation;
+      },
+      [&] { core_->close(wait, force); }, [](ObservedOperation&) {});
+}
 bool ResidencyManager::closed() const { return core_->closed(); }
 
 }  // namespace fhelium::residency

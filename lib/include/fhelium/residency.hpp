@@ -7,6 +7,7 @@
 #include "fhelium/residency/location.hpp"
 #include "fhelium/residency/manager.hpp"
 #include "fhelium/residency/model.hpp"
+#include "fhelium/residency/observer.hpp"
 #include "fhelium/residency/plan.hpp"
 #include "fhelium/residency/policy.hpp"
 #include "fhelium/residency/request.hpp"

@@ -34,6 +34,7 @@ ManagerCore::ManagerCore(ManagerOptions options)
       runtime_(runtime_or_default(std::move(options.runtime))),
       trace_capacity_(checked_trace_capacity(options.trace_capacity)),
       diagnostic_sink_(std::move(options.diagnostic_sink)),
+      observer_(std::move(options.operation_observer)),
       values_(manager_id_) {
   for (const auto& [location, budget] : options.budgets) {
     runtime_->check_location(location);
@@ -205,6 +206,26 @@ std::vector<ResidencyTransitionReport> ManagerCore::trace() {
 void ManagerCore::clear_trace() {
   StateAccess access(*this);
   trace_.clear();
+}
+
+void ManagerCore::observe(ObservedOperation operation) noexcept {
+  try {
+    operation.manager_id = manager_id_;
+    std::string failure;
+    try {
+      observer_(operation);
+      return;
+    } catch (const std::exception& error) {
+      failure = error.what();
+    } catch (...) {
+      failure = "an exception of unknown type";
+    }
+    StateAccess access(*this);
+    diagnose_locked(std::string("operation observer failed on ") + to_string(operation.call) + ": " + failure);
+  } catch (...) {
+    // Reentered (a source load is running) or out of memory: the diagnostic
+    // is lost; the observed call's outcome stands.
+  }
 }
 
 std::vector<std::string> ManagerCore::diagnostics() {

@@ -124,6 +124,12 @@ class ManagerCore {
   void abandon_hold(std::uint64_t token) noexcept;
   void abandon_reservation(std::uint64_t token) noexcept;
 
+  // Operation observers (observer.hpp). Called without the state lock; an
+  // exception from the observer is dropped and recorded as a diagnostic.
+  bool observed() const noexcept { return static_cast<bool>(observer_); }
+  void observe(ObservedOperation operation) noexcept;
+  std::uint64_t next_scope_id() noexcept { return next_scope_id_.fetch_add(1) + 1; }
+
  private:
   // Holds the state lock for one public call and rejects reentry: from a
   // source load (any thread) and from a callback on the calling thread.
@@ -196,6 +202,8 @@ class ManagerCore {
   const std::shared_ptr<DeviceRuntime> runtime_;
   const std::size_t trace_capacity_;
   const std::function<void(const std::string&)> diagnostic_sink_;
+  const OperationObserver observer_;
+  std::atomic<std::uint64_t> next_scope_id_{0};
 
   // The state lock: one public call at a time. Hand-built on a mutex and a
   // condition variable so that waiters wake as soon as a source load starts

@@ -33,6 +33,7 @@
 #include "fhelium/residency/lease.hpp"
 #include "fhelium/residency/location.hpp"
 #include "fhelium/residency/model.hpp"
+#include "fhelium/residency/observer.hpp"
 #include "fhelium/residency/plan.hpp"
 #include "fhelium/residency/runtime.hpp"
 #include "fhelium/residency/scope.hpp"
@@ -42,7 +43,6 @@ namespace fhelium::residency {
 
 class ResidentValue;
 
-using TransferStreams = std::map<ResidencyLocation, c10::Stream>;
 
 struct ManagerOptions {
   // Strict byte limits; these locations are registered first, in the order
@@ -56,6 +56,9 @@ struct ManagerOptions {
   // Receives each diagnostic (abandoned lifetimes, synchronous fallbacks) as it
   // is recorded. Called with the state lock held: it must not call the manager.
   std::function<void(const std::string&)> diagnostic_sink = nullptr;
+  // Receives a tensor-free record of each state-changing public call and its
+  // outcome, after the call (observer.hpp); null: nothing is observed.
+  OperationObserver operation_observer = nullptr;
 };
 
 class ResidencyManager {

@@ -86,6 +86,7 @@ class ResidencyScope {
   void abandon() noexcept;
 
   std::shared_ptr<detail::ManagerCore> core_;
+  std::uint64_t id_ = 0;  // names the scope to operation observers
   ResidencyPlan plan_;
   std::map<ResidencyLocation, c10::Stream> transfer_streams_;
   std::optional<std::uint64_t> expected_state_version_;
