@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every invariant suite, the scenario replay, the benchmarks, the
-# sanitizer builds (ASan/UBSan, TSan), the short fuzz runs and the coverage
-# build (tools/coverage.sh), then the release
+# swarm runs (residency-swarm), the sanitizer builds (ASan/UBSan, TSan), the
+# short fuzz runs and the coverage build (tools/coverage.sh), then the release
 # gate over their results. Usage: bash tools/release-gate.sh [BUILD_DIR] [gate options]
 # Exit status is the gate's: 0 only when every check passed.
 set -uo pipefail
@@ -12,6 +12,9 @@ meson test -C "$build" --print-errorlogs --no-rebuild > "$build/test-output.txt"
 echo "invariant suites: $(tail -n 12 "$build/test-output.txt" | grep -E '^(Ok|Fail):' | tr -s ' ' | paste -sd ' ')"
 "$build/tools/residency-replay" --json "$build/replay.json" scenarios/ > "$build/replay-output.txt" 2>&1
 tail -n 1 "$build/replay-output.txt"
+"$build/tools/residency-swarm" --seed "${SWARM_SEED:-1}" --runs "${SWARM_RUNS:-1000}" --steps 200 --quiet \
+  --out "$build/swarm-failures" --json "$build/swarm.json" > "$build/swarm-output.txt" 2>&1
+head -n 1 "$build/swarm-output.txt"
 "$build/bench/residency-bench" --benchmark_min_time="${BENCH_MIN_TIME:-0.2}" \
   --benchmark_out="$build/bench.json" --benchmark_out_format=json > "$build/bench-output.txt" 2>&1 || exit 2
 parent=$(dirname "$build")

@@ -99,6 +99,26 @@ class Gate {
     }
   }
 
+  // A residency-swarm --json report: every run passed, over enough steps,
+  // with every runtime fault kind fired somewhere.
+  void swarm(const std::string& path) {
+    const json report = read_json(path);
+    const json& floors = thresholds_.at("swarm");
+    const auto steps = report.at("steps").get<long>();
+    const auto failures = report.at("failures").size();
+    add("swarm runs", std::to_string(report.at("runs").get<long>()) + " runs, " + std::to_string(steps) + " steps, " +
+            std::to_string(failures) + " failing",
+        "0 failing over >= " + std::to_string(floors.at("min_steps").get<long>()) + " steps",
+        failures == 0 && steps >= floors.at("min_steps").get<long>());
+    std::string missing;
+    for (const auto& kind : floors.at("fault_kinds")) {
+      if (!report.at("faults_by_kind").contains(kind.get<std::string>())) missing += " " + kind.get<std::string>();
+    }
+    add("swarm fault kinds",
+        missing.empty() ? std::to_string(report.at("faults_by_kind").size()) + " kinds fired" : "never fired:" + missing,
+        "every listed kind fired", missing.empty());
+  }
+
   void sanitized(const std::string& kind, const std::string& path) {
     const json& required = thresholds_.at("sanitizers").at(kind).at("required_suites");
     suites(path, kind + " ", required);
@@ -331,7 +351,8 @@ int main(int argc, char** argv) {
   app.add_option("--replay", replay_path, "residency-replay --json report (default: BUILD/replay.json)");
   app.add_option("--bench", bench_path, "Google Benchmark JSON (default: BUILD/bench.json)");
   app.add_option("--json", verdict_path, "Write the verdict as JSON (default: BUILD/gate-verdict.json)");
-  std::string asan_path, tsan_path, fuzz_path, coverage_path;
+  std::string asan_path, tsan_path, fuzz_path, coverage_path, swarm_path;
+  app.add_option("--swarm", swarm_path, "residency-swarm --json report (default: BUILD/swarm.json)");
   app.add_option("--asan-tests", asan_path, "meson test log of tools/sanitize.sh address (default: build-asan/...)");
   app.add_option("--tsan-tests", tsan_path, "meson test log of tools/sanitize.sh thread (default: build-tsan/...)");
   app.add_option("--fuzz-tests", fuzz_path, "meson test log of tools/fuzz.sh (default: build-fuzz/...)");
@@ -354,6 +375,7 @@ int main(int argc, char** argv) {
   if (replay_path.empty()) replay_path = build_dir + "/replay.json";
   if (bench_path.empty()) bench_path = build_dir + "/bench.json";
   if (verdict_path.empty()) verdict_path = build_dir + "/gate-verdict.json";
+  if (swarm_path.empty()) swarm_path = build_dir + "/swarm.json";
   // Sanitizer and fuzz builds sit beside the main build directory.
   const auto sibling = [&](const char* name) {
     return (std::filesystem::path(build_dir).parent_path() / name / "meson-logs" / "testlog.json").string();
@@ -391,6 +413,7 @@ int main(int argc, char** argv) {
     inputs = guarded("TSan results (tools/sanitize.sh thread)", [&] { gate.sanitized("thread", tsan_path); }) && inputs;
     inputs = guarded("fuzz results (tools/fuzz.sh)", [&] { gate.sanitized("fuzz", fuzz_path); }) && inputs;
     inputs = guarded("coverage (tools/coverage.sh)", [&] { gate.coverage(coverage_path); }) && inputs;
+    inputs = guarded("swarm report (residency-swarm --json)", [&] { gate.swarm(swarm_path); }) && inputs;
     if (!inputs) {
       std::cerr << "residency-gate: some results could not be read; no verdict (run tools/release-gate.sh)\n";
       return 2;
