@@ -38,9 +38,15 @@ std::string scalar(const std::string& text) {
 // Turns the observed calls into scenario text; one instance per yaml().
 class Writer {
  public:
-  Writer(const RecorderOptions& options, const LocationBudgets& budgets, std::int64_t trace_capacity,
-         const std::string& manager_id, const std::map<std::string, std::string>& names)
-      : options_(options), budgets_(budgets), trace_capacity_(trace_capacity), manager_id_(manager_id), names_(names) {
+  Writer(const RecorderOptions& options, const LocationBudgets& budgets, std::int64_t trace_capacity, int cuda_devices,
+         bool can_pin, const std::string& manager_id, const std::map<std::string, std::string>& names)
+      : options_(options),
+        budgets_(budgets),
+        trace_capacity_(trace_capacity),
+        cuda_devices_(cuda_devices),
+        can_pin_(can_pin),
+        manager_id_(manager_id),
+        names_(names) {
     for (const auto& [id, name] : names) taken_.insert(name);
   }
 
@@ -59,7 +65,8 @@ class Writer {
       out << "}";
     }
     out << "}\n"
-        << "runtime: {kind: simulated, cuda_devices: " << options_.cuda_devices << "}\n";
+        << "runtime: {kind: simulated, cuda_devices: " << cuda_devices_ << ", can_pin: " << (can_pin_ ? "true" : "false")
+        << "}\n";
     if (!values_.empty()) {
       out << "values:\n";
       for (const auto& line : values_) out << "  " << line << "\n";
@@ -380,6 +387,8 @@ class Writer {
   const RecorderOptions& options_;
   const LocationBudgets& budgets_;
   const std::int64_t trace_capacity_;
+  const int cuda_devices_;
+  const bool can_pin_;
   const std::string& manager_id_;
   std::map<std::string, std::string> names_;
   std::set<std::string> taken_;
@@ -395,7 +404,7 @@ class Writer {
 }  // namespace
 
 ScenarioRecorder::ScenarioRecorder(RecorderOptions options) : options_(std::move(options)) {
-  if (options_.cuda_devices < 0) throw std::invalid_argument("RecorderOptions cuda_devices must be non-negative");
+  if (options_.cuda_devices && *options_.cuda_devices < 0) throw std::invalid_argument("RecorderOptions cuda_devices must be non-negative");
 }
 
 void ScenarioRecorder::attach(ManagerOptions& options) {
@@ -404,6 +413,9 @@ void ScenarioRecorder::attach(ManagerOptions& options) {
   attached_ = true;
   budgets_ = options.budgets;
   trace_capacity_ = options.trace_capacity;
+  const std::shared_ptr<DeviceRuntime> runtime = options.runtime ? options.runtime : default_runtime();
+  cuda_devices_ = options_.cuda_devices.value_or(runtime->cuda_device_count());
+  can_pin_ = runtime->can_pin();
   options.operation_observer = [this](const ObservedOperation& operation) { record(operation); };
 }
 
@@ -429,7 +441,7 @@ void ScenarioRecorder::name_value(const ResidencyHandle& handle, const std::stri
 
 std::string ScenarioRecorder::yaml() const {
   std::lock_guard lock(mutex_);
-  return Writer(options_, budgets_, trace_capacity_, manager_id_, names_).write(operations_);
+  return Writer(options_, budgets_, trace_capacity_, cuda_devices_, can_pin_, manager_id_, names_).write(operations_);
 }
 
 std::size_t ScenarioRecorder::calls() const {
@@ -439,7 +451,7 @@ std::size_t ScenarioRecorder::calls() const {
 
 std::vector<std::string> ScenarioRecorder::notes() const {
   std::lock_guard lock(mutex_);
-  Writer writer(options_, budgets_, trace_capacity_, manager_id_, names_);
+  Writer writer(options_, budgets_, trace_capacity_, cuda_devices_, can_pin_, manager_id_, names_);
   writer.write(operations_);
   return writer.notes();
 }

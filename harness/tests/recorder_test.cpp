@@ -94,6 +94,9 @@ ResidencySnapshot torch_program(ScenarioRecorder& recorder) {
   EXPECT_THROW(manager.ensure(foreign, PAGEABLE_HOST), ResidencyHandleError);
   manager.discard(b);
   EXPECT_THROW(manager.ensure(b, PAGEABLE_HOST), ResidencyHandleError);
+  if (!manager.runtime()->can_pin()) {  // a CPU-only libtorch: the refusal is recorded, and replayed
+    EXPECT_THROW(manager.move(w, PINNED_HOST), ResidencyError);
+  }
   { ResidencyHold forgotten = manager.hold({w}, PAGEABLE_HOST); }  // abandoned
   return manager.snapshot();
 }
@@ -103,17 +106,31 @@ TEST(Recorder, ATorchProgramReplaysOnTheSimulatedRuntimeWithTheSameOutcomes) {
   const ResidencySnapshot live = torch_program(recorder);
   const std::string yaml = recorder.yaml();
   std::cout << yaml;
-  EXPECT_EQ(recorder.calls(), 22u);
+  const std::size_t calls = recorder.calls();
+  EXPECT_EQ(calls, default_runtime()->can_pin() ? 22u : 23u);
   EXPECT_TRUE(recorder.notes().empty()) << recorder.notes().front();
   EXPECT_NE(yaml.find("adopt: {value: weights}"), std::string::npos);
   EXPECT_NE(yaml.find("expect: {error: budget}"), std::string::npos);
   EXPECT_NE(yaml.find("manager: foreign"), std::string::npos);
   const ScenarioResult result = replay_text(yaml);
   ASSERT_EQ(result.verdict, "passed") << result.failure;
-  EXPECT_EQ(result.steps_run, 22u);
+  EXPECT_EQ(result.steps_run, calls);
   ASSERT_TRUE(result.final_snapshot);
   expect_same_accounting(live, *result.final_snapshot);
   EXPECT_GT(result.content_checks, 0);
+
+  // Loosened, with the source failing its loads now and then: every
+  // invariant and content check holds through the failures.
+  ScenarioRecorder loose({.name = "torch-program-faulted", .exact_outcomes = false});
+  torch_program(loose);
+  Scenario scenario = parse_scenario(loose.yaml(), "loose.yaml");
+  for (auto& value : scenario.values) {
+    if (value.source) value.fail_on_load = 2;
+  }
+  const ScenarioResult faulted = replay(scenario);
+  EXPECT_EQ(faulted.verdict, "passed") << faulted.failure;
+  EXPECT_EQ(faulted.faults.size(), 1u);
+  EXPECT_GT(faulted.error_paths.size(), result.error_paths.size());
 }
 
 // A program with CUDA locations and streams, on the simulated runtime.

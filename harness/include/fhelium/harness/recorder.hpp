@@ -33,6 +33,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,8 +47,9 @@ struct RecorderOptions {
   std::string description = "recorded from a live program";
   // Steps expect the live outcome; false: every step `error: maybe`.
   bool exact_outcomes = true;
-  // CUDA devices of the replay's simulated runtime (at least those used).
-  int cuda_devices = 2;
+  // CUDA devices of the replay's simulated runtime; default: as many as the
+  // recorded manager's runtime has.
+  std::optional<int> cuda_devices;
 };
 
 class ScenarioRecorder {
@@ -57,8 +59,10 @@ class ScenarioRecorder {
   ScenarioRecorder& operator=(const ScenarioRecorder&) = delete;
 
   // Sets `options.operation_observer` to this recorder (it must outlive the
-  // manager's calls) and records the budgets and trace capacity. Throws
-  // std::logic_error when attached twice.
+  // manager's calls) and records the budgets, the trace capacity and the
+  // runtime's CUDA device count and pinning support (of default_runtime()
+  // when `options.runtime` is null), so the replay's simulated device
+  // refuses what the live one did. Throws std::logic_error when attached twice.
   void attach(residency::ManagerOptions& options);
 
   // The scenario's name for the value `handle` (default v1, v2, ... in the
@@ -79,6 +83,8 @@ class ScenarioRecorder {
   bool attached_ = false;
   residency::LocationBudgets budgets_;
   std::int64_t trace_capacity_ = 4096;
+  int cuda_devices_ = 0;
+  bool can_pin_ = true;
   std::string manager_id_;
   std::vector<residency::ObservedOperation> operations_;
   std::map<std::string, std::string> names_;  // handle id -> value name
