@@ -46,6 +46,13 @@ void expect_same_accounting(const ResidencySnapshot& live, const ResidencySnapsh
   }
 }
 
+RecorderOptions named(const std::string& name, bool exact_outcomes = true) {
+  RecorderOptions options;
+  options.name = name;
+  options.exact_outcomes = exact_outcomes;
+  return options;
+}
+
 ScenarioResult replay_text(const std::string& yaml, ReplayOptions options = {}) {
   return replay(parse_scenario(yaml, "recorded.yaml"), options);
 }
@@ -102,7 +109,7 @@ ResidencySnapshot torch_program(ScenarioRecorder& recorder) {
 }
 
 TEST(Recorder, ATorchProgramReplaysOnTheSimulatedRuntimeWithTheSameOutcomes) {
-  ScenarioRecorder recorder({.name = "torch-program", .description = "recorded on TorchRuntime"});
+  ScenarioRecorder recorder(named("torch-program"));
   const ResidencySnapshot live = torch_program(recorder);
   const std::string yaml = recorder.yaml();
   std::cout << yaml;
@@ -121,7 +128,7 @@ TEST(Recorder, ATorchProgramReplaysOnTheSimulatedRuntimeWithTheSameOutcomes) {
 
   // Loosened, with the source failing its loads now and then: every
   // invariant and content check holds through the failures.
-  ScenarioRecorder loose({.name = "torch-program-faulted", .exact_outcomes = false});
+  ScenarioRecorder loose(named("torch-program-faulted", false));
   torch_program(loose);
   Scenario scenario = parse_scenario(loose.yaml(), "loose.yaml");
   for (auto& value : scenario.values) {
@@ -163,7 +170,7 @@ ResidencySnapshot streaming_program(ScenarioRecorder& recorder) {
 }
 
 TEST(Recorder, StreamsLeasesAndPlansReplayExactlyAndUnderFaults) {
-  ScenarioRecorder recorder({.name = "streaming"});
+  ScenarioRecorder recorder(named("streaming"));
   const ResidencySnapshot live = streaming_program(recorder);
   const std::string yaml = recorder.yaml();
   EXPECT_NE(yaml.find("stream: {device: 0, id: 2}"), std::string::npos) << yaml;
@@ -176,7 +183,7 @@ TEST(Recorder, StreamsLeasesAndPlansReplayExactlyAndUnderFaults) {
 
   // The same program recorded loosely replays under faults: outcomes free,
   // every invariant and content check still applies.
-  ScenarioRecorder loose({.name = "streaming-under-faults", .exact_outcomes = false});
+  ScenarioRecorder loose(named("streaming-under-faults", false));
   streaming_program(loose);
   Scenario scenario = parse_scenario(loose.yaml(), "loose.yaml");
   FaultRule coin;
@@ -211,7 +218,7 @@ class BrokenSecondGpu final : public ForwardingRuntime {
 };
 
 TEST(Recorder, AReplayFailsWhereTheLiveRunBehavedDifferently) {
-  ScenarioRecorder recorder({.name = "broken-gpu"});
+  ScenarioRecorder recorder(named("broken-gpu"));
   ManagerOptions options;
   options.runtime = std::make_shared<BrokenSecondGpu>(std::make_shared<SimulatedRuntime>());
   recorder.attach(options);

@@ -2,7 +2,9 @@
 // calls (ManagerOptions::operation_observer, observer.hpp) and writes them
 // out as a scenario that replays on the simulated runtime.
 //
-//   ScenarioRecorder recorder({.name = "serving-loop"});
+//   RecorderOptions recording;
+//   recording.name = "serving-loop";
+//   ScenarioRecorder recorder(recording);
 //   ManagerOptions options;
 //   options.budgets = {{cuda_location(0), 8 << 30}};
 //   recorder.attach(options);

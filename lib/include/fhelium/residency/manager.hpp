@@ -43,7 +43,6 @@ namespace fhelium::residency {
 
 class ResidentValue;
 
-
 struct ManagerOptions {
   // Strict byte limits; these locations are registered first, in the order
   // listed here (as the reference registers its budget mapping). A location
