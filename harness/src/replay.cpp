@@ -169,6 +169,7 @@ class Replayer {
     } catch (...) {
       outcome.error = classify(std::current_exception());
     }
+    if (!values_->misuse().empty()) fail(index, step, "scenario error: " + values_->misuse());
     if (outcome.error) {
       result_.error_paths[outcome.error->kind] += 1;
       // Manager ids are process-wide counters; keep reports identical across replays.
@@ -578,8 +579,24 @@ class Replayer {
     }
     last_peaks_.clear();
     for (const auto& location : last_snapshot_->locations) last_peaks_[location.location] = location.peak_charged_bytes;
+    note_freed_alias_targets(*last_snapshot_);
     setup_done_ = true;
     return &*last_snapshot_;
+  }
+
+  // An alias target whose materialization at its adoption location is gone
+  // (or that was discarded) no longer holds the storage others alias.
+  void note_freed_alias_targets(const ResidencySnapshot& snapshot) {
+    for (const auto& target : values_->alias_targets()) {
+      const auto handle = names_.handles().find(target);
+      if (handle == names_.handles().end()) continue;
+      const ResidencyValueSnapshot* value = snapshot.value(handle->second);
+      const ResidencyLocation at = scenario_.find_value(target)->at;
+      const bool holds = value != nullptr && !value->discarded &&
+                         std::any_of(value->materializations.begin(), value->materializations.end(),
+                                     [&](const MaterializationSnapshot& item) { return item.location == at; });
+      if (!holds) values_->storage_freed(target, current_step_);
+    }
   }
 
   void collect_faults() {

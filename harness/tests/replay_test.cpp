@@ -416,6 +416,39 @@ TEST(Shrink, ABrokenRuntimesFailureShrinksToAHandfulOfSteps) {
   EXPECT_EQ(again.replays, shrunk.replays);
 }
 
+// Aliasing a value's storage tests the manager's refusal only while that
+// value still holds the storage; afterwards the replay names the scenario's
+// mistake instead of reporting the contents that then differ.
+TEST(Replay, AliasingAFreedStorageIsAScenarioError) {
+  const char* const base = R"(
+name: alias-after-free
+values:
+  w: {elements: 64, adopt_at: cuda:0}
+  twin: {elements: 64, adopt_at: cuda:0, deferred: true, aliases: w}
+  src: {elements: 64, source_at: cuda:0, aliases: w}
+steps:
+)";
+  // While w holds its storage, both aliases are refused.
+  const ScenarioResult held = replay(parse_scenario(std::string(base) + R"(
+  - adopt: {value: twin}
+    expect: {error: ownership}
+  - ensure: {value: src, at: cuda:0}
+    expect: {error: ownership}
+)", "held.yaml"));
+  EXPECT_EQ(held.verdict, "passed") << held.failure;
+  for (const char* freeing : {"move: {value: w, to: pinned-host}", "discard: {value: w}"}) {
+    for (const char* aliasing : {"adopt: {value: twin}", "ensure: {value: src, at: cuda:0}"}) {
+      const ScenarioResult freed = replay(parse_scenario(std::string(base) + "  - " + freeing + "\n  - " + aliasing +
+                                                             "\n    expect: {error: maybe}\n",
+                                                         "freed.yaml"));
+      EXPECT_EQ(freed.verdict, "failed") << freeing << " / " << aliasing;
+      EXPECT_EQ(freed.failed_step, std::optional<std::size_t>(1));
+      EXPECT_NE(freed.failure.find("scenario error: value '"), std::string::npos) << freed.failure;
+      EXPECT_NE(freed.failure.find("gave up at step 0"), std::string::npos) << freed.failure;
+    }
+  }
+}
+
 TEST(Shrink, RefusesAPassingScenarioAndRespectsItsBudget) {
   try {
     shrink_scenario(long_run, "long-run.yaml");

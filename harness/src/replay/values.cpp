@@ -65,8 +65,9 @@ ResidencyHandle ScenarioValues::create(ResidencyManager& manager, const ValueDec
   if (!decl.source) {
     if (decl.aliases) {
       // The other value's own storage: the manager must refuse to own it twice.
+      const ResidentValue& storage = aliased_storage(decl);
       log_("alias:" + decl.name, "adopt", "alias", 1, "adopt shares the storage of '" + *decl.aliases + "'");
-      return manager.adopt(adopted_.at(*decl.aliases), decl.at, decl.mode);
+      return manager.adopt(storage, decl.at, decl.mode);
     }
     ResidentValue value = placed(expected_value(decl, decl.elements), decl.at);
     if (aliased(decl.name)) adopted_.insert_or_assign(decl.name, value);
@@ -76,6 +77,28 @@ ResidencyHandle ScenarioValues::create(ResidencyManager& manager, const ValueDec
   const ResidencyValueSpec spec(decl.type_name, charge, charge, decl.mode, Recoverability::reconstructible);
   return manager.register_source(
       spec, [this, &manager, decl] { return load(manager, decl); }, decl.at);
+}
+
+std::vector<std::string> ScenarioValues::alias_targets() const {
+  std::vector<std::string> names;
+  for (const auto& [name, value] : adopted_) {
+    if (freed_.count(name) == 0) names.push_back(name);
+  }
+  return names;
+}
+
+void ScenarioValues::storage_freed(const std::string& target, std::size_t step) { freed_.emplace(target, step); }
+
+const ResidentValue& ScenarioValues::aliased_storage(const ValueDecl& decl) {
+  const auto freed = freed_.find(*decl.aliases);
+  if (freed != freed_.end()) {
+    misuse_ = "value '" + decl.name + "' aliases '" + *decl.aliases + "', whose storage the manager gave up at step " +
+              std::to_string(freed->second) +
+              " (moved, dropped or discarded): owning it again is legal, so the alias tests nothing; alias a value "
+              "while it still holds its storage";
+    throw std::logic_error(misuse_);
+  }
+  return adopted_.at(*decl.aliases);
 }
 
 ResidentValue ScenarioValues::load(ResidencyManager& manager, const ValueDecl& decl) {
@@ -94,8 +117,9 @@ ResidentValue ScenarioValues::load(ResidencyManager& manager, const ValueDecl& d
     manager.snapshot();
   }
   if (decl.aliases) {
+    const ResidentValue& storage = aliased_storage(decl);
     log_(rule, "load", "alias", count, "load returns the storage of '" + *decl.aliases + "'");
-    return adopted_.at(*decl.aliases);
+    return storage;
   }
   if (decl.wrong) {
     log_(rule, "load", "wrong_" + *decl.wrong, count, "load returns a value of the wrong " + *decl.wrong);

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "fhelium/harness/scenario.hpp"
 #include "fhelium/residency.hpp"
@@ -35,10 +36,22 @@ class ScenarioValues {
   // outlive the manager's use of the value.
   residency::ResidencyHandle create(residency::ResidencyManager& manager, const ValueDecl& decl);
 
+  // Values whose storage another value aliases, adopted so far.
+  std::vector<std::string> alias_targets() const;
+  // `target` no longer holds the storage it was adopted with (its
+  // materialization there was removed at `step`, or it was discarded): the
+  // manager may legally own that storage again, so aliasing it tests
+  // nothing. An aliasing adoption or load after this refuses, and misuse()
+  // says why.
+  void storage_freed(const std::string& target, std::size_t step);
+  const std::string& misuse() const { return misuse_; }
+
  private:
   residency::ResidentValue placed(const residency::ResidentValue& value, const residency::ResidencyLocation& location);
   bool aliased(const std::string& name) const;
   residency::ResidentValue load(residency::ResidencyManager& manager, const ValueDecl& decl);
+  // The aliased storage of decl.aliases; throws (and records the misuse) once it was freed.
+  const residency::ResidentValue& aliased_storage(const ValueDecl& decl);
 
   const Scenario& scenario_;
   std::shared_ptr<residency::DeviceRuntime> placement_;
@@ -46,6 +59,8 @@ class ScenarioValues {
   std::map<std::string, std::int64_t> loads_;
   // Adopted values whose storage another value aliases (kept to hand out).
   std::map<std::string, residency::ResidentValue> adopted_;
+  std::map<std::string, std::size_t> freed_;  // alias target -> step that freed its storage
+  std::string misuse_;
 };
 
 }  // namespace fhelium::harness::replay_detail
