@@ -86,8 +86,7 @@ void ResidencyLease::add_consumer_stream(const c10::Stream& stream) {
         operation.stream = stream;
         return operation;
       },
-      [&] { lifetime_.core().add_consumer_stream(lifetime_.token(), stream); },
-      [](ObservedOperation&) {});
+      [&] { lifetime_.core().add_consumer_stream(lifetime_.token(), stream); });
 }
 
 void ResidencyLease::release(bool wait) {
@@ -109,8 +108,7 @@ void ResidencyLease::release(bool wait) {
           throw;
         }
         lifetime_.deactivate();
-      },
-      [](ObservedOperation&) {});
+      });
 }
 
 ResidencyHold::ResidencyHold(std::shared_ptr<detail::ManagerCore> core, std::uint64_t token,
@@ -126,8 +124,7 @@ void ResidencyHold::release() {
       [&] {
         lifetime_.core().release_hold(lifetime_.token());
         lifetime_.deactivate();
-      },
-      [](ObservedOperation&) {});
+      });
 }
 
 ResidencyReservation::ResidencyReservation(std::shared_ptr<detail::ManagerCore> core, std::uint64_t token,
@@ -144,8 +141,7 @@ void ResidencyReservation::release() {
       [&] {
         lifetime_.core().release_reservation(lifetime_.token());
         lifetime_.deactivate();
-      },
-      [](ObservedOperation&) {});
+      });
 }
 
 }  // namespace fhelium::residency

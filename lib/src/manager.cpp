@@ -22,6 +22,15 @@ ObservedOperation transition(ObservedCall call, const ResidencyHandle& handle, s
   return operation;
 }
 
+ObservedOperation borrowing(ObservedCall call, const std::vector<ResidencyHandle>& handles,
+                            const ResidencyLocation& at, const std::optional<c10::Stream>& stream) {
+  ObservedOperation operation = observed(call);
+  operation.handles = handles;
+  operation.location = at;
+  operation.stream = stream;
+  return operation;
+}
+
 void note_report(ObservedOperation& operation, const ResidencyTransitionReport& report) { operation.no_op = report.no_op; }
 
 }  // namespace
@@ -127,8 +136,7 @@ ResidencyPlanReport ResidencyManager::execute_actions(const std::vector<Residenc
         operation.expected_state_version = expected_state_version;
         return operation;
       },
-      [&] { return core_->execute_actions(actions, name, transfer_streams, expected_state_version); },
-      [](ObservedOperation&, const ResidencyPlanReport&) {});
+      [&] { return core_->execute_actions(actions, name, transfer_streams, expected_state_version); });
 }
 
 ResidencyPlanExplanation ResidencyManager::explain(const ResidencyPlan& plan,
@@ -141,8 +149,7 @@ ResidencyPlanExplanation ResidencyManager::explain(const ResidencyPlan& plan,
         operation.expected_state_version = expected_state_version;
         return operation;
       },
-      [&] { return core_->explain(plan, expected_state_version); },
-      [](ObservedOperation&, const ResidencyPlanExplanation&) {});
+      [&] { return core_->explain(plan, expected_state_version); });
 }
 
 ResidencyScope ResidencyManager::scope(ResidencyPlan plan, TransferStreams transfer_streams,
@@ -154,13 +161,7 @@ ResidencyLease ResidencyManager::acquire(const std::vector<ResidencyHandle>& han
                                          std::optional<c10::Stream> consumer_stream) {
   return observe_call(
       *core_,
-      [&] {
-        ObservedOperation operation = observed(ObservedCall::acquire);
-        operation.handles = handles;
-        operation.location = at;
-        operation.stream = consumer_stream;
-        return operation;
-      },
+      [&] { return borrowing(ObservedCall::acquire, handles, at, consumer_stream); },
       [&] {
         std::vector<ResidencyHandle> unique = detail::unique_handles(handles, "acquire");
         const std::uint64_t token = core_->acquire(unique, at, consumer_stream);
@@ -172,12 +173,7 @@ ResidencyLease ResidencyManager::acquire(const std::vector<ResidencyHandle>& han
 ResidencyHold ResidencyManager::hold(const std::vector<ResidencyHandle>& handles, const ResidencyLocation& at) {
   return observe_call(
       *core_,
-      [&] {
-        ObservedOperation operation = observed(ObservedCall::hold);
-        operation.handles = handles;
-        operation.location = at;
-        return operation;
-      },
+      [&] { return borrowing(ObservedCall::hold, handles, at, std::nullopt); },
       [&] {
         std::vector<ResidencyHandle> unique = detail::unique_handles(handles, "hold");
         const std::uint64_t token = core_->hold(unique, at);
@@ -219,7 +215,7 @@ void ResidencyManager::close(bool wait, bool force) {
         operation.force = force;
         return operation;
       },
-      [&] { core_->close(wait, force); }, [](ObservedOperation&) {});
+      [&] { core_->close(wait, force); });
 }
 bool ResidencyManager::closed() const { return core_->closed(); }
 

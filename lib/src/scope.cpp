@@ -87,8 +87,7 @@ void ResidencyScope::enter() {
           closed_ = true;  // a failed entry consumes the scope
           throw;
         }
-      },
-      [](ObservedOperation&) {});
+      });
 }
 
 std::optional<ResidencyPlanReport> ResidencyScope::close() {

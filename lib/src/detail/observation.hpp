@@ -54,6 +54,12 @@ decltype(auto) observe_call(ManagerCore& core, Describe&& describe, Body&& body,
   }
 }
 
+// For calls whose result adds nothing to the record.
+template <class Describe, class Body>
+decltype(auto) observe_call(ManagerCore& core, Describe&& describe, Body&& body) {
+  return observe_call(core, std::forward<Describe>(describe), std::forward<Body>(body), [](ObservedOperation&, auto&&...) {});
+}
+
 inline ObservedOperation observed(ObservedCall call) {
   ObservedOperation operation;
   operation.call = call;
