@@ -20,6 +20,7 @@
 #include <iostream>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include <ATen/ops/arange.h>
 
@@ -199,6 +200,29 @@ struct NaiveWorld {
   }
 };
 
+// The built-in policy behind an interface the controller cannot recognise,
+// so every state's candidates are offered to order_candidates(): decisions
+// must equal the ones the controller makes with its shortcut for the
+// built-in order (each location sorted once per decision).
+class AskedEveryTime final : public ResidencyPolicy {
+ public:
+  explicit AskedEveryTime(ResidencyFallbackTiers tiers) : inner_(std::move(tiers)) {}
+  std::string name() const override { return inner_.name(); }
+  ResidencyPolicyConfig config_identity() const override { return inner_.config_identity(); }
+  std::vector<ResidencyLocation> fallback_locations(const ResidencyLocation& location) const override {
+    return inner_.fallback_locations(location);
+  }
+  std::vector<ResidencyEvictionCandidate> order_candidates(
+      std::vector<ResidencyEvictionCandidate> candidates) const override {
+    ++calls;
+    return inner_.order_candidates(std::move(candidates));
+  }
+  mutable std::int64_t calls = 0;
+
+ private:
+  DeterministicTieredLRU inner_;
+};
+
 // ---- generated worlds -------------------------------------------------------
 
 struct Setup {
@@ -365,6 +389,23 @@ RC_GTEST_PROP(Controller, DecideSucceedsExactlyWhenANaiveExhaustiveSearchFindsAP
 
   auto policy = std::make_shared<const DeterministicTieredLRU>(setup->tiers);
   ResidencyController controller(manager, policy);
+  auto asked = std::make_shared<AskedEveryTime>(setup->tiers);
+  ResidencyController asking(manager, asked);
+  // Priorities and stable keys that reorder victims, the same for every
+  // controller here (keys descend as registration ascends, against it).
+  std::vector<std::tuple<ResidencyHandle, std::int64_t, std::optional<std::string>>> hints;
+  for (std::size_t index = 0; index < setup->handles.size(); ++index) {
+    if (!*rc::gen::arbitrary<bool>()) continue;
+    const auto priority = *rc::gen::inRange<std::int64_t>(-1, 2);
+    std::optional<std::string> key;
+    if (*rc::gen::arbitrary<bool>()) key = "key-" + std::to_string(9 - index);
+    hints.emplace_back(setup->handles[index], priority, key);
+  }
+  const auto hint = [&](ResidencyController& target) {
+    for (const auto& [handle, priority, key] : hints) target.set_policy_metadata(handle, priority, key);
+  };
+  hint(controller);
+  hint(asking);
   const std::uint64_t version = manager.state_version();
   if (exclusive_twice) {
     RC_ASSERT_THROWS_AS(controller.decide(request), ResidencyOwnershipError);
@@ -386,6 +427,17 @@ RC_GTEST_PROP(Controller, DecideSucceedsExactlyWhenANaiveExhaustiveSearchFindsAP
   }
   RC_ASSERT(manager.state_version() == version);
   RC_ASSERT(decision.has_value() == naive_feasible);
+  try {
+    const ResidencyDecision other = asking.decide(request);
+    RC_ASSERT(decision.has_value());
+    RC_ASSERT(other.plan.reclaim == decision->plan.reclaim);
+    RC_ASSERT(other.plan.enter == decision->plan.enter);
+    RC_ASSERT(other.evictions == decision->evictions);
+    RC_ASSERT(other.explored_states == decision->explored_states);
+    if (!decision->evictions.empty()) RC_ASSERT(asked->calls > 0);
+  } catch (const ResidencyPlanError&) {
+    RC_ASSERT(!decision.has_value());
+  }
   ++stats.cases;
   if (!decision) return;
   ++stats.feasible;
@@ -396,6 +448,7 @@ RC_GTEST_PROP(Controller, DecideSucceedsExactlyWhenANaiveExhaustiveSearchFindsAP
   // more than the naive search's, so a limit the naive search fits in suffices.
   RC_ASSERT(decision->explored_states <= naive_states);
   ResidencyController tight(manager, policy, naive_states);
+  hint(tight);
   const ResidencyDecision bounded = tight.decide(request);
   RC_ASSERT(bounded.plan.reclaim == decision->plan.reclaim);
   RC_ASSERT(decision->explanation.feasible);

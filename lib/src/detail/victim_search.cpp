@@ -8,6 +8,8 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <string_view>
+#include <tuple>
 #include <type_traits>
 #include <unordered_map>
 #include <utility>
@@ -373,8 +375,11 @@ class Search {
 
   // ---- victims --------------------------------------------------------------
 
-  std::vector<ResidencyEvictionCandidate> candidates(const State& state, const ResidencyLocation& location,
-                                                     const std::set<std::size_t>& blocked) {
+  // The unprotected materializations at `location` in `state` that the
+  // search may release, in registration order (values in `blocked` are left
+  // out: the complete rules would offer them).
+  std::vector<std::size_t> candidates(const State& state, const ResidencyLocation& location,
+                                      const std::set<std::size_t>& blocked) {
     // Both sources are in registration order already: merge them, O(n).
     std::vector<std::size_t> unchanged, moved;
     if (const auto base = by_location_.find(location); base != by_location_.end()) {
@@ -388,50 +393,104 @@ class Search {
     }
     std::vector<std::size_t> indices(unchanged.size() + moved.size());
     std::merge(unchanged.begin(), unchanged.end(), moved.begin(), moved.end(), indices.begin());
-    std::vector<ResidencyEvictionCandidate> result;
+    std::vector<std::size_t> result;
     result.reserve(indices.size());
     for (const std::size_t value : indices) {
-      const Placement* placement = find(placements(state, value), location);
-      if (placement == nullptr || placement->is_protected) continue;
-      if (blocked.count(value) != 0) {
-        diverges_ = true;  // the complete rules would offer this one
-        continue;
-      }
-      result.emplace_back(handle(value), location, placement->charged_nbytes, static_cast<std::int64_t>(value),
-                          entries_[value].last_access_epoch, entries_[value].metadata);
+      if (releasable(state, value, location, blocked)) result.push_back(value);
     }
     return result;
   }
 
-  // The policy's order, values not required here before required ones.
-  std::vector<ResidencyEvictionCandidate> ordered(std::vector<ResidencyEvictionCandidate> all) const {
-    std::vector<ResidencyEvictionCandidate> ordinary, required;
+  bool releasable(const State& state, std::size_t value, const ResidencyLocation& location,
+                  const std::set<std::size_t>& blocked) {
+    const Placement* placement = find(placements(state, value), location);
+    if (placement == nullptr || placement->is_protected) return false;
+    if (blocked.count(value) != 0) {
+      diverges_ = true;  // the complete rules would offer this one
+      return false;
+    }
+    return true;
+  }
+
+  ResidencyEvictionCandidate candidate(const State& state, std::size_t value, const ResidencyLocation& location) const {
+    return ResidencyEvictionCandidate(handle(value), location, find(placements(state, value), location)->charged_nbytes,
+                                      static_cast<std::int64_t>(value), entries_[value].last_access_epoch,
+                                      entries_[value].metadata);
+  }
+
+  // The victims at `location` in the policy's order, values not required
+  // there before required ones.
+  std::vector<std::size_t> ordered(const State& state, const ResidencyLocation& location,
+                                   const std::set<std::size_t>& blocked) {
+    std::vector<std::size_t> all = builtin_ != nullptr ? builtin_order(state, location, blocked)
+                                                       : candidates(state, location, blocked);
+    std::vector<std::size_t> ordinary, required;
     ordinary.reserve(all.size());
-    for (auto& candidate : all) {
-      const bool is_required =
-          required_.count({static_cast<std::size_t>(candidate.registration_index), candidate.location}) != 0;
-      (is_required ? required : ordinary).push_back(std::move(candidate));
+    for (const std::size_t value : all) (required_.count({value, location}) != 0 ? required : ordinary).push_back(value);
+    if (builtin_ == nullptr) {
+      ordinary = ranked(state, location, ordinary);
+      required = ranked(state, location, required);
     }
-    std::vector<ResidencyEvictionCandidate> result = ranked(std::move(ordinary));
-    std::vector<ResidencyEvictionCandidate> last = ranked(std::move(required));
-    result.reserve(result.size() + last.size());
-    for (auto& candidate : last) result.push_back(std::move(candidate));
+    ordinary.insert(ordinary.end(), required.begin(), required.end());
+    return ordinary;
+  }
+
+  // DeterministicTieredLRU's key is a total order over values fixed for the
+  // whole decision, so the order of any set of candidates is the order of
+  // all of them restricted to that set. Each location's resident values are
+  // sorted once; a state's candidates are that order filtered, merged with
+  // the few values the state placed there.
+  bool builtin_before(std::size_t left, std::size_t right) const {
+    const Entry& a = entries_[left];
+    const Entry& b = entries_[right];
+    const auto key = [](const Entry& entry, std::size_t value) {
+      const auto& stable = entry.metadata.stable_key;
+      return std::make_tuple(entry.metadata.priority, entry.last_access_epoch.value_or(-1), stable ? 0 : 1,
+                             stable ? std::string_view(*stable) : std::string_view(), value);
+    };
+    return key(a, left) < key(b, right);
+  }
+
+  std::vector<std::size_t> builtin_order(const State& state, const ResidencyLocation& location,
+                                         const std::set<std::size_t>& blocked) {
+    auto sorted = sorted_by_location_.find(location);
+    if (sorted == sorted_by_location_.end()) {
+      std::vector<std::size_t> order;
+      if (const auto base = by_location_.find(location); base != by_location_.end()) order = base->second;
+      std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return builtin_before(a, b); });
+      sorted = sorted_by_location_.emplace(location, std::move(order)).first;
+    }
+    std::vector<std::size_t> unchanged, moved;
+    unchanged.reserve(sorted->second.size());
+    for (const std::size_t value : sorted->second) {
+      if (state.changed.count(value) == 0 && releasable(state, value, location, blocked)) unchanged.push_back(value);
+    }
+    for (const auto& [value, placements] : state.changed) {
+      if (find(placements, location) != nullptr && releasable(state, value, location, blocked)) moved.push_back(value);
+    }
+    std::sort(moved.begin(), moved.end(), [&](std::size_t a, std::size_t b) { return builtin_before(a, b); });
+    std::vector<std::size_t> result(unchanged.size() + moved.size());
+    std::merge(unchanged.begin(), unchanged.end(), moved.begin(), moved.end(), result.begin(),
+               [&](std::size_t a, std::size_t b) { return builtin_before(a, b); });
     return result;
   }
 
-  std::vector<ResidencyEvictionCandidate> ranked(std::vector<ResidencyEvictionCandidate> group) const {
+  // A policy of the user's own: asked in every state, its answer checked.
+  std::vector<std::size_t> ranked(const State& state, const ResidencyLocation& location,
+                                  const std::vector<std::size_t>& group) const {
     if (group.empty()) return group;
-    const ResidencyLocation location = group.front().location;  // one location's candidates
-    std::vector<std::size_t> marked;
-    marked.reserve(group.size());
-    for (const auto& candidate : group) {
-      marked.push_back(static_cast<std::size_t>(candidate.registration_index));
-      offered_[marked.back()] = 1;
+    std::vector<ResidencyEvictionCandidate> offered;
+    offered.reserve(group.size());
+    for (const std::size_t value : group) {
+      offered.push_back(candidate(state, value, location));
+      offered_[value] = 1;
     }
-    std::vector<ResidencyEvictionCandidate> order = input_.policy.order_candidates(std::move(group));
+    const std::vector<ResidencyEvictionCandidate> order = input_.policy.order_candidates(std::move(offered));
     // A permutation: each offered candidate once and unchanged, checked
     // against the facts it was built from.
-    bool permutation = order.size() == marked.size();
+    std::vector<std::size_t> result;
+    result.reserve(order.size());
+    bool permutation = order.size() == group.size();
     for (std::size_t index = 0; permutation && index < order.size(); ++index) {
       const ResidencyEvictionCandidate& candidate = order[index];
       const std::int64_t registration = candidate.registration_index;
@@ -443,15 +502,16 @@ class Search {
       const Entry& entry = entries_[value];
       permutation = candidate.location == location && candidate.handle == entry.value->handle &&
                     candidate.last_access_epoch == entry.last_access_epoch && candidate.metadata == entry.metadata;
+      result.push_back(value);
     }
-    for (const std::size_t value : marked) offered_[value] = 0;
+    for (const std::size_t value : group) offered_[value] = 0;
     if (!permutation) {
       throw std::logic_error("residency policy '" + input_.policy.name() + "' must return every one of the " +
-                             std::to_string(marked.size()) +
+                             std::to_string(group.size()) +
                              " candidates it was given exactly once and unchanged (it returned " +
                              std::to_string(order.size()) + ", not a permutation of them)");
     }
-    return order;
+    return result;
   }
 
   std::vector<ResidencyLocation> destinations_for(std::size_t value, const ResidencyLocation& source) const {
@@ -465,12 +525,10 @@ class Search {
     return result;
   }
 
-  // Every legal way to free `candidate`'s materialization, each offered to
-  // `yield` until it returns true (stop: found).
-  bool reclaim_states(const State& state, const ResidencyEvictionCandidate& candidate, std::int64_t rank,
+  // Every legal way to free the materialization of `value` at `source`,
+  // each offered to `yield` until it returns true (stop: found).
+  bool reclaim_states(const State& state, std::size_t value, const ResidencyLocation& source, std::int64_t rank,
                       const std::set<std::size_t>& blocked, const std::set<Endpoint>& active, Yield yield) {
-    const auto value = static_cast<std::size_t>(candidate.registration_index);
-    const ResidencyLocation source = candidate.location;
     const Endpoint pair{value, source};
     if (active.count(pair) != 0) return false;
     const ResidencyValueSnapshot& snapshot = *entries_[value].value;
@@ -564,11 +622,11 @@ class Search {
     count("making room at " + location.name(), state_signature);
     const std::int64_t cuts_before = cycles_cut_;
     Open open(open_capacities_, key);
-    const std::vector<ResidencyEvictionCandidate> order = ordered(candidates(state, location, blocked));
+    const std::vector<std::size_t> order = ordered(state, location, blocked);
     bool produced = false;
     for (std::size_t rank = 0; rank < order.size(); ++rank) {
-      const ResidencyEvictionCandidate& candidate = order[rank];
-      if (active.count({static_cast<std::size_t>(candidate.registration_index), candidate.location}) != 0) continue;
+      const std::size_t victim = order[rank];
+      if (active.count({victim, location}) != 0) continue;
       auto deliver = [&](const State& result) {
         produced = true;
         return yield(result);
@@ -576,7 +634,9 @@ class Search {
       auto deeper = [&](const State& reclaimed) {
         return capacity_states(reclaimed, location, additional, blocked, active, deliver);
       };
-      if (reclaim_states(state, candidate, static_cast<std::int64_t>(rank), blocked, active, deeper)) return true;
+      if (reclaim_states(state, victim, location, static_cast<std::int64_t>(rank), blocked, active, deeper)) {
+        return true;
+      }
     }
     // A failure that relied on cutting a cycle is only a failure while the
     // cut-off ancestor is open, so it is not remembered.
@@ -584,8 +644,8 @@ class Search {
     return false;
   }
 
-  std::string describe_candidate(const ResidencyEvictionCandidate& candidate) const {
-    return "victim '" + candidate.handle.handle_id + "' at " + candidate.location.name();
+  std::string describe_victim(std::size_t value, const ResidencyLocation& location) const {
+    return "victim '" + handle(value).handle_id + "' at " + location.name();
   }
 
   // The whole request from `state`: the state its reclaim steps reach and the
@@ -611,11 +671,11 @@ class Search {
     auto simulated = simulate(state);
     if (auto* enter = std::get_if<std::vector<ResidencyAction>>(&simulated)) return {state, std::move(*enter)};
     const Shortfall shortfall = std::get<Shortfall>(std::move(simulated));
-    const std::vector<ResidencyEvictionCandidate> order = ordered(candidates(state, shortfall.location, {}));
+    const std::vector<std::size_t> order = ordered(state, shortfall.location, {});
     std::vector<std::string> failures;
     std::optional<std::pair<State, std::vector<ResidencyAction>>> found;
     for (std::size_t rank = 0; rank < order.size(); ++rank) {
-      const ResidencyEvictionCandidate& candidate = order[rank];
+      const std::size_t victim = order[rank];
       bool produced = false;
       auto attempt = [&](const State& trial) {
         produced = true;
@@ -623,13 +683,15 @@ class Search {
           found = search_request(trial);
           return true;
         } catch (const BranchFailure& failure) {
-          failures.push_back(describe_candidate(candidate) + ": " + failure.message);
+          failures.push_back(describe_victim(victim, shortfall.location) + ": " + failure.message);
           return false;
         }
       };
-      reclaim_states(state, candidate, static_cast<std::int64_t>(rank), {}, {}, attempt);
+      reclaim_states(state, victim, shortfall.location, static_cast<std::int64_t>(rank), {}, {}, attempt);
       if (found) return std::move(*found);
-      if (!produced) failures.push_back(describe_candidate(candidate) + ": no legal drop or fallback transition");
+      if (!produced) {
+        failures.push_back(describe_victim(victim, shortfall.location) + ": no legal drop or fallback transition");
+      }
     }
     failed_requests_.insert(std::move(key));
     const auto budget = budgets_.find(shortfall.location);
@@ -647,6 +709,9 @@ class Search {
   const VictimSearchInput& input_;
   std::vector<Entry> entries_;
   std::map<ResidencyLocation, std::vector<std::size_t>> by_location_;
+  // The built-in policy's order is computed here, not asked of it.
+  const DeterministicTieredLRU* builtin_ = dynamic_cast<const DeterministicTieredLRU*>(&input_.policy);
+  std::map<ResidencyLocation, std::vector<std::size_t>> sorted_by_location_;
   std::map<ResidencyLocation, std::int64_t> budgets_;
   std::set<Endpoint> required_;
   State initial_;
