@@ -160,8 +160,9 @@ ResidencySnapshot ManagerCore::snapshot() {
   };
   std::vector<Aggregate> aggregates(ResidencyLocation::ordinal_count);
   std::vector<ResidencyValueSnapshot> values;
-  values.reserve(values_.records().size());
-  for (const auto& record : values_.records()) {
+  values.reserve(values_.size());
+  values_.for_each([&](const ValueRecord& value) {
+    const ValueRecord* record = &value;
     std::vector<MaterializationSnapshot> materializations;
     materializations.reserve(record->materializations.size());
     for (const auto& item : record->materializations) {
@@ -177,7 +178,7 @@ ResidencySnapshot ManagerCore::snapshot() {
     }
     values.emplace_back(record->handle, record->spec, std::move(materializations), record->source != nullptr,
                         record->source_location, record->discarded);
-  }
+  });
   std::vector<ResidencyReservationSnapshot> reservations;
   for (const auto& [token, reservation] : reservations_) {
     reservations.emplace_back(reservation.location, reservation.nbytes, reservation.label);

@@ -20,20 +20,27 @@ const Materialization* ValueRecord::at(const ResidencyLocation& location) const 
 
 ValueRecord& ValueTable::add(ResidencyValueSpec spec, std::shared_ptr<ResidencySource> source,
                              std::optional<ResidencyLocation> source_location) {
+  if (size_ % chunk_records == 0 && size_ / chunk_records == chunks_.size()) {
+    chunks_.push_back(std::make_unique<Chunk>());
+    chunks_.back()->reserve(chunk_records);
+  }
+  index_by_serial_.reserve(index_by_serial_.size() + 1);
   const std::uint64_t serial = next_serial_++;
+  Chunk& chunk = *chunks_[size_ / chunk_records];
   ResidencyHandle handle{manager_id_, std::to_string(serial), spec.value_type};
-  records_.push_back(std::make_unique<ValueRecord>(
-      ValueRecord{std::move(handle), std::move(spec), std::move(source), source_location, {}, false}));
-  index_by_serial_.emplace(serial, records_.size() - 1);
-  return *records_.back();
+  chunk.push_back(ValueRecord{std::move(handle), std::move(spec), std::move(source), source_location, {}, false});
+  ++size_;
+  index_by_serial_.push_back(size_);
+  return chunk.back();
 }
 
 void ValueTable::remove_last() {
-  FHELIUM_CHECK(!records_.empty(), "rollback without a record");
-  FHELIUM_CHECK(records_.back()->materializations.empty(), "rolled-back record still has materializations");
-  const auto& handle_id = records_.back()->handle.handle_id;
-  index_by_serial_.erase(std::stoull(handle_id));
-  records_.pop_back();
+  FHELIUM_CHECK(size_ > 0, "rollback without a record");
+  Chunk& chunk = *chunks_[(size_ - 1) / chunk_records];
+  FHELIUM_CHECK(chunk.back().materializations.empty(), "rolled-back record still has materializations");
+  index_by_serial_[std::stoull(chunk.back().handle.handle_id) - 1] = 0;
+  chunk.pop_back();
+  --size_;
 }
 
 ValueRecord* ValueTable::find(const ResidencyHandle& handle) {
@@ -42,10 +49,10 @@ ValueRecord* ValueTable::find(const ResidencyHandle& handle) {
   const char* begin = handle.handle_id.data();
   const char* end = begin + handle.handle_id.size();
   const auto [stop, error] = std::from_chars(begin, end, serial);
-  if (error != std::errc{} || stop != end) return nullptr;
-  const auto found = index_by_serial_.find(serial);
-  if (found == index_by_serial_.end()) return nullptr;
-  ValueRecord& record = *records_[found->second];
+  if (error != std::errc{} || stop != end || serial == 0 || serial > index_by_serial_.size()) return nullptr;
+  const std::size_t slot = index_by_serial_[serial - 1];
+  if (slot == 0) return nullptr;
+  ValueRecord& record = record_at(slot - 1);
   return record.handle == handle ? &record : nullptr;
 }
 
@@ -90,7 +97,8 @@ void ValueTable::unclaim(const std::vector<StorageKey>& keys) {
 }
 
 void ValueTable::clear() {
-  records_.clear();
+  chunks_.clear();
+  size_ = 0;
   index_by_serial_.clear();
   storage_owners_.clear();
 }

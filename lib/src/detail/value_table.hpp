@@ -1,5 +1,10 @@
 // Value records: handle issue and lookup, materializations per value in
 // insertion order, and the storage-ownership index that rejects aliasing.
+//
+// Records live in fixed-size chunks, in registration order, and never move
+// (leases and holds point at them); a record keeps its first materialization
+// inline. A snapshot of many values therefore reads memory in order instead
+// of chasing one heap block per record and another per materialization.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +14,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "detail/inline_vector.hpp"
 #include "fhelium/residency/location.hpp"
 #include "fhelium/residency/model.hpp"
 #include "fhelium/residency/value.hpp"
@@ -32,7 +38,7 @@ struct ValueRecord {
   ResidencyValueSpec spec;
   std::shared_ptr<ResidencySource> source;
   std::optional<ResidencyLocation> source_location;
-  std::vector<Materialization> materializations;  // insertion order
+  InlineVector<Materialization, 1> materializations;  // insertion order
   bool discarded = false;
 
   Materialization* at(const ResidencyLocation& location);
@@ -55,7 +61,14 @@ class ValueTable {
   // The record of `handle` including discarded ones; nullptr when foreign or unknown.
   ValueRecord* find(const ResidencyHandle& handle);
 
-  const std::vector<std::unique_ptr<ValueRecord>>& records() const { return records_; }
+  // Every record, discarded ones included, in registration order.
+  std::size_t size() const noexcept { return size_; }
+  template <class F>
+  void for_each(F&& visit) const {
+    for (const auto& chunk : chunks_) {
+      for (const ValueRecord& record : *chunk) visit(record);
+    }
+  }
 
   // Throws ResidencyOwnershipError naming the owner when a key is already managed.
   void check_unaliased(const std::vector<StorageKey>& keys) const;
@@ -70,10 +83,17 @@ class ValueTable {
     ResidencyLocation location;
   };
 
+  static constexpr std::size_t chunk_records = 256;
+  using Chunk = std::vector<ValueRecord>;  // capacity chunk_records, never exceeded
+
+  ValueRecord& record_at(std::size_t index) { return (*chunks_[index / chunk_records])[index % chunk_records]; }
+
   std::string manager_id_;
   std::uint64_t next_serial_ = 1;
-  std::vector<std::unique_ptr<ValueRecord>> records_;
-  std::unordered_map<std::uint64_t, std::size_t> index_by_serial_;
+  std::vector<std::unique_ptr<Chunk>> chunks_;
+  std::size_t size_ = 0;
+  // Record index + 1 by serial - 1; 0 for a serial whose adopt was rolled back.
+  std::vector<std::size_t> index_by_serial_;
   std::unordered_map<StorageKey, Owner> storage_owners_;
 };
 

@@ -1,0 +1,122 @@
+// InlineVector: a contiguous sequence that keeps its first N elements inside
+// the object and spills to the heap only beyond them. A value record holds
+// its materializations in one, so the common record (one materialization)
+// is one block of memory, read in one sweep by snapshots and lookups.
+//
+// Only what the value table needs: append, erase in place, iteration. Not
+// copyable; moving transfers the heap block or moves the inline elements.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <new>
+#include <type_traits>
+#include <utility>
+
+namespace fhelium::residency::detail {
+
+template <class T, std::size_t N>
+class InlineVector {
+  static_assert(N > 0, "an InlineVector keeps at least one element inline");
+  static_assert(std::is_nothrow_move_constructible_v<T>, "elements are moved when the buffer grows");
+
+ public:
+  InlineVector() noexcept = default;
+  InlineVector(const InlineVector&) = delete;
+  InlineVector& operator=(const InlineVector&) = delete;
+  InlineVector(InlineVector&& other) noexcept { take(std::move(other)); }
+  InlineVector& operator=(InlineVector&& other) noexcept {
+    if (this != &other) {
+      clear();
+      release();
+      take(std::move(other));
+    }
+    return *this;
+  }
+  ~InlineVector() {
+    clear();
+    release();
+  }
+
+  T* begin() noexcept { return data_; }
+  T* end() noexcept { return data_ + size_; }
+  const T* begin() const noexcept { return data_; }
+  const T* end() const noexcept { return data_ + size_; }
+  std::size_t size() const noexcept { return size_; }
+  bool empty() const noexcept { return size_ == 0; }
+  bool spilled() const noexcept { return data_ != inline_data(); }
+  T& operator[](std::size_t index) noexcept { return data_[index]; }
+  const T& operator[](std::size_t index) const noexcept { return data_[index]; }
+  T& front() noexcept { return data_[0]; }
+  const T& front() const noexcept { return data_[0]; }
+  T& back() noexcept { return data_[size_ - 1]; }
+  const T& back() const noexcept { return data_[size_ - 1]; }
+
+  // Taken by value, so an element of this vector may be appended.
+  void push_back(T value) {
+    if (size_ == capacity_) grow(capacity_ * 2);
+    ::new (static_cast<void*>(data_ + size_)) T(std::move(value));
+    ++size_;
+  }
+
+  // Removes `*at`, keeping the order of the rest; returns the next element.
+  T* erase(T* at) noexcept(std::is_nothrow_move_assignable_v<T>) {
+    std::move(at + 1, end(), at);
+    pop_back();
+    return at;
+  }
+
+  void pop_back() noexcept {
+    --size_;
+    std::destroy_at(data_ + size_);
+  }
+
+  void clear() noexcept {
+    std::destroy(begin(), end());
+    size_ = 0;
+  }
+
+ private:
+  T* inline_data() noexcept { return std::launder(reinterpret_cast<T*>(inline_)); }
+  const T* inline_data() const noexcept { return std::launder(reinterpret_cast<const T*>(inline_)); }
+
+  void grow(std::size_t capacity) {
+    T* fresh = static_cast<T*>(::operator new(capacity * sizeof(T), std::align_val_t(alignof(T))));
+    std::uninitialized_move(begin(), end(), fresh);
+    std::destroy(begin(), end());
+    release();
+    data_ = fresh;
+    capacity_ = capacity;
+  }
+
+  void release() noexcept {
+    if (spilled()) ::operator delete(data_, std::align_val_t(alignof(T)));
+    data_ = inline_data();
+    capacity_ = N;
+  }
+
+  // Leaves `other` empty and inline.
+  void take(InlineVector&& other) noexcept {
+    if (other.spilled()) {
+      data_ = other.data_;
+      capacity_ = other.capacity_;
+      size_ = other.size_;
+      other.data_ = other.inline_data();
+      other.capacity_ = N;
+      other.size_ = 0;
+      return;
+    }
+    std::uninitialized_move(other.begin(), other.end(), inline_data());
+    size_ = other.size_;
+    other.clear();
+  }
+
+  alignas(T) unsigned char inline_[N * sizeof(T)];
+  T* data_ = inline_data();
+  std::size_t size_ = 0;
+  std::size_t capacity_ = N;
+};
+
+}  // namespace fhelium::residency::detail
