@@ -16,7 +16,14 @@ std::string_view to_string(Recoverability recoverability) noexcept {
 
 namespace {
 
-bool blank(const std::string& text) { return text.find_first_not_of(" \t\r\n\f\v") == std::string::npos; }
+// Handles are validated on every call that takes one: a plain loop, which
+// stops at the first character of any real name.
+bool blank(const std::string& text) {
+  for (const char c : text) {
+    if (c != ' ' && c != '\t' && c != '\r' && c != '\n' && c != '\f' && c != '\v') return false;
+  }
+  return true;
+}
 
 }  // namespace
 

@@ -1,12 +1,24 @@
 // The manager's parts on their own: the transition rules (decided from a
-// hand-built view of one value) and the location ledger's shadow for dry runs.
+// hand-built view of one value), the location ledger's shadow for dry runs,
+// the state gate, the value table and its inline materialization storage.
 #include <gtest/gtest.h>
 
-#include <algorithm>
-#include <set>
+#include <ATen/ops/arange.h>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "detail/inline_vector.hpp"
 #include "detail/ledger.hpp"
+#include "detail/state_gate.hpp"
+#include "detail/token_table.hpp"
 #include "detail/transition_rules.hpp"
+#include "detail/value_table.hpp"
 #include "fhelium/residency/errors.hpp"
 
 namespace fhelium::residency::detail {
@@ -140,6 +152,212 @@ TEST(LocationLedger, ShadowStartsPeaksAtTheCurrentChargeAndKeepsTheRealLedger) {
   EXPECT_EQ(shadow.find(CUDA0)->peak_charged_bytes, 120);
   EXPECT_EQ(ledger.find(CUDA0)->reserved_bytes, 0);
   EXPECT_EQ(ledger.find(CUDA0)->peak_charged_bytes, 60);
+}
+
+// ---- the state gate -----------------------------------------------------------
+
+TEST(StateGate, RefusesReentryFromTheHolderAndAdmitsAgainAfterLeave) {
+  StateGate gate;
+  ASSERT_EQ(gate.enter(), StateGate::Entry::entered);
+  EXPECT_TRUE(gate.held_by_this_thread());
+  EXPECT_EQ(gate.enter(), StateGate::Entry::refused_reentry);
+  gate.set_loading(true);
+  EXPECT_EQ(gate.enter(), StateGate::Entry::refused_loading);  // a source calling back
+  gate.set_loading(false);
+  gate.leave();
+  EXPECT_FALSE(gate.held_by_this_thread());
+  ASSERT_EQ(gate.enter(), StateGate::Entry::entered);
+  gate.leave();
+}
+
+TEST(StateGate, AnotherThreadWaitsUntilTheHolderLeaves) {
+  StateGate gate;
+  ASSERT_EQ(gate.enter(), StateGate::Entry::entered);
+  std::atomic<bool> left{false};
+  std::atomic<bool> entered_early{false};
+  std::thread other([&] {
+    EXPECT_EQ(gate.enter(), StateGate::Entry::entered);
+    entered_early = !left.load();
+    EXPECT_TRUE(gate.held_by_this_thread());
+    gate.leave();
+  });
+  // Long enough for the other thread to pass its spin and sleep.
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  left = true;
+  gate.leave();
+  other.join();
+  EXPECT_FALSE(entered_early.load());
+}
+
+TEST(StateGate, LoadingRefusesWaitersAlreadyAsleepAndNewcomers) {
+  StateGate gate;
+  ASSERT_EQ(gate.enter(), StateGate::Entry::entered);
+  std::atomic<int> outcome{-1};
+  std::thread sleeper([&] { outcome = static_cast<int>(gate.enter()); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(outcome.load(), -1);  // still waiting
+  gate.set_loading(true);
+  sleeper.join();  // woken, and refused rather than left waiting for the load
+  EXPECT_EQ(outcome.load(), static_cast<int>(StateGate::Entry::refused_loading));
+  std::thread newcomer([&] { EXPECT_EQ(gate.enter(), StateGate::Entry::refused_loading); });
+  newcomer.join();
+  gate.set_loading(false);
+  gate.leave();
+  std::thread after([&] {
+    EXPECT_EQ(gate.enter(), StateGate::Entry::entered);
+    gate.leave();
+  });
+  after.join();
+}
+
+TEST(StateGate, ExcludesConcurrentHoldersUnderContention) {
+  StateGate gate;
+  std::int64_t counter = 0;  // guarded by the gate alone
+  int inside = 0;
+  bool overlapped = false;
+  constexpr int threads = 4, rounds = 20000;
+  std::vector<std::thread> workers;
+  for (int thread = 0; thread < threads; ++thread) {
+    workers.emplace_back([&] {
+      for (int round = 0; round < rounds; ++round) {
+        ASSERT_EQ(gate.enter(), StateGate::Entry::entered);
+        overlapped = overlapped || ++inside != 1;
+        ++counter;
+        --inside;
+        gate.leave();
+      }
+    });
+  }
+  for (auto& worker : workers) worker.join();
+  EXPECT_FALSE(overlapped);
+  EXPECT_EQ(counter, std::int64_t{threads} * rounds);
+}
+
+// ---- lifetime tables ------------------------------------------------------------
+
+std::vector<std::uint64_t> tokens_of(const TokenTable<std::string>& table) {
+  std::vector<std::uint64_t> tokens;
+  for (const auto& [token, label] : table) tokens.push_back(token);
+  return tokens;
+}
+
+TEST(TokenTable, KeepsCreationOrderThroughErasesAndSweeps) {
+  TokenTable<std::string> table;
+  for (std::uint64_t token = 1; token <= 6; ++token) table.emplace(token, "t" + std::to_string(token));
+  table.erase(table.find(2));
+  table.erase(table.find(6));  // the newest: dropped at once
+  EXPECT_EQ(tokens_of(table), (std::vector<std::uint64_t>{1, 3, 4, 5}));
+  EXPECT_EQ(table.size(), 4u);
+  EXPECT_TRUE(table.find(2) == table.end());
+  EXPECT_TRUE(table.find(6) == table.end());
+  EXPECT_TRUE(table.find(99) == table.end());
+  EXPECT_EQ(table.find(4)->second, "t4");
+  EXPECT_DEATH(table.emplace(6, "reused"), "lifetime tokens out of order");  // tokens only grow
+  // Erasing while iterating, the last entries included.
+  for (auto it = table.begin(); it != table.end();) {
+    const std::uint64_t token = it->first;
+    ++it;
+    if (token != 3) table.erase(table.find(token));
+  }
+  EXPECT_EQ(tokens_of(table), (std::vector<std::uint64_t>{3}));
+  // Many short-lived entries behind one long-lived one: swept, still found.
+  for (std::uint64_t token = 10; token < 2000; ++token) {
+    table.emplace(token, "x");
+    if (token > 10) table.erase(table.find(token - 1));  // a tombstone behind the newest
+  }
+  EXPECT_EQ(table.size(), 2u);  // 3 and 1999
+  EXPECT_EQ(tokens_of(table), (std::vector<std::uint64_t>{3, 1999}));
+  EXPECT_EQ(table.find(3)->second, "t3");
+  table.clear();
+  EXPECT_TRUE(table.empty());
+  EXPECT_TRUE(table.begin() == table.end());
+}
+
+// ---- inline materialization storage -------------------------------------------
+
+TEST(InlineVector, KeepsOrderAcrossTheSpillAndErase) {
+  InlineVector<std::string, 1> items;
+  EXPECT_TRUE(items.empty());
+  items.push_back("a");
+  EXPECT_FALSE(items.spilled());
+  items.push_back(std::string(40, 'b'));  // heap-backed strings move with the buffer
+  items.push_back("c");
+  EXPECT_TRUE(items.spilled());
+  items.push_back(items.front());  // an element of itself
+  ASSERT_EQ(items.size(), 4u);
+  EXPECT_EQ(items[3], "a");
+  items.erase(items.begin() + 1);
+  EXPECT_EQ(std::vector<std::string>(items.begin(), items.end()), (std::vector<std::string>{"a", "c", "a"}));
+  InlineVector<std::string, 1> moved(std::move(items));
+  EXPECT_TRUE(items.empty());
+  EXPECT_EQ(moved.back(), "a");
+  InlineVector<std::string, 1> single;
+  single.push_back(std::string(40, 'x'));
+  InlineVector<std::string, 1> taken(std::move(single));  // inline elements are moved one by one
+  EXPECT_FALSE(taken.spilled());
+  EXPECT_EQ(taken.front(), std::string(40, 'x'));
+  taken = std::move(moved);
+  EXPECT_EQ(taken.size(), 3u);
+  taken.clear();
+  EXPECT_TRUE(taken.empty());
+}
+
+// ---- the value table ----------------------------------------------------------
+
+ResidencyValueSpec blob_spec() {
+  return ResidencyValueSpec("Blob", 8, 8, ReplicaMode::replicable, Recoverability::must_preserve);
+}
+
+TEST(ValueTable, RecordsStayPutAcrossChunksAndRollbackNeverReissuesAHandle) {
+  ValueTable table("m");
+  std::vector<ValueRecord*> addresses;
+  std::vector<ResidencyHandle> handles;
+  for (int index = 0; index < 700; ++index) {  // crosses two chunk boundaries
+    ValueRecord& record = table.add(blob_spec(), nullptr, std::nullopt);
+    addresses.push_back(&record);
+    handles.push_back(record.handle);
+  }
+  for (std::size_t index = 0; index < handles.size(); ++index) {
+    ASSERT_EQ(table.find(handles[index]), addresses[index]) << index;
+    EXPECT_EQ(handles[index].handle_id, std::to_string(index + 1));
+  }
+  std::size_t visited = 0;
+  table.for_each([&](const ValueRecord& record) { EXPECT_EQ(&record, addresses[visited++]); });
+  EXPECT_EQ(visited, 700u);
+  // Roll back to exactly a chunk boundary, then add across it again.
+  for (int index = 0; index < 700 - 512; ++index) table.remove_last();
+  EXPECT_EQ(table.size(), 512u);
+  EXPECT_EQ(table.find(handles[600]), nullptr);
+  ValueRecord& next = table.add(blob_spec(), nullptr, std::nullopt);
+  EXPECT_EQ(next.handle.handle_id, "701");
+  EXPECT_EQ(table.find(next.handle), &next);
+  EXPECT_EQ(table.find(handles[511]), addresses[511]);
+  EXPECT_EQ(table.find(ResidencyHandle{"m", "0", "Blob"}), nullptr);
+  EXPECT_EQ(table.find(ResidencyHandle{"m", "99999", "Blob"}), nullptr);
+  EXPECT_EQ(table.find(ResidencyHandle{"m", "1x", "Blob"}), nullptr);
+  EXPECT_EQ(table.find(ResidencyHandle{"m", "1", "Other"}), nullptr);  // same serial, another type
+  EXPECT_EQ(table.find(ResidencyHandle{"n", "1", "Blob"}), nullptr);
+  EXPECT_THROW(table.lookup(ResidencyHandle{"n", "1", "Blob"}), ResidencyHandleError);
+  addresses[0]->discarded = true;
+  EXPECT_THROW(table.lookup(handles[0]), ResidencyHandleError);
+  EXPECT_EQ(table.find(handles[0]), addresses[0]);
+}
+
+TEST(ValueTable, AValueRecordKeepsSeveralMaterializationsInInsertionOrder) {
+  ValueTable table("m");
+  ValueRecord& record = table.add(blob_spec(), nullptr, std::nullopt);
+  const auto value = [](std::int64_t start) {
+    return ResidentValue("Blob", {{"data", at::arange(start, start + 1, at::TensorOptions().dtype(at::kLong))}});
+  };
+  for (const auto& [location, start] : {std::pair{CUDA1, 1}, std::pair{PINNED_HOST, 2}, std::pair{CUDA0, 3}}) {
+    record.materializations.push_back(Materialization{location, value(start), 8, {}});
+  }
+  ASSERT_NE(record.at(PINNED_HOST), nullptr);
+  EXPECT_EQ(record.at(PINNED_HOST)->value.field("data").item<std::int64_t>(), 2);
+  record.materializations.erase(record.materializations.begin());
+  EXPECT_EQ(record.at(CUDA1), nullptr);
+  EXPECT_EQ(record.materializations.front().location, PINNED_HOST);
+  EXPECT_EQ(record.at(CUDA0)->value.field("data").item<std::int64_t>(), 3);
 }
 
 }  // namespace

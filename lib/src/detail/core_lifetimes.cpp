@@ -19,19 +19,22 @@ std::vector<ResidencyHandle> unique_handles(const std::vector<ResidencyHandle>& 
   constexpr std::size_t scan_limit = 32;
   std::vector<ResidencyHandle> unique;
   unique.reserve(handles.size());
+  if (handles.size() <= scan_limit) {
+    for (const auto& handle : handles) {
+      if (std::find(unique.begin(), unique.end(), handle) == unique.end()) unique.push_back(handle);
+    }
+    return unique;
+  }
   std::unordered_set<ResidencyHandle> seen;
   for (const auto& handle : handles) {
-    const bool repeated = handles.size() <= scan_limit ? std::find(unique.begin(), unique.end(), handle) != unique.end()
-                                                       : !seen.insert(handle).second;
-    if (!repeated) unique.push_back(handle);
+    if (seen.insert(handle).second) unique.push_back(handle);
   }
   return unique;
 }
 
-std::vector<ValueRecord*> ManagerCore::resident_records_locked(const std::vector<ResidencyHandle>& handles,
-                                                               const ResidencyLocation& at) {
-  std::vector<ValueRecord*> records;
-  records.reserve(handles.size());
+CoveredRecords ManagerCore::resident_records_locked(const std::vector<ResidencyHandle>& handles,
+                                                   const ResidencyLocation& at) {
+  CoveredRecords records;
   for (const auto& handle : handles) {
     ValueRecord& record = values_.lookup(handle);
     if (record.at(at) == nullptr) {
@@ -53,7 +56,7 @@ std::uint64_t ManagerCore::acquire(const std::vector<ResidencyHandle>& handles, 
   }
   reap_locked();  // before the stream check, as in the reference
   if (consumer_stream) runtime_->check_stream(at, *consumer_stream);
-  std::vector<ValueRecord*> records = resident_records_locked(handles, at);
+  CoveredRecords records = resident_records_locked(handles, at);
   for (ValueRecord* record : records) record->at(at)->use_count += 1;
   const std::uint64_t token = next_token_++;
   LeaseRecord lease{std::move(records), at, LeaseState::active, {}, {}};
@@ -68,7 +71,7 @@ std::uint64_t ManagerCore::hold(const std::vector<ResidencyHandle>& handles, con
   require_open_locked();
   runtime_->check_location(at);
   reap_locked();
-  std::vector<ValueRecord*> records = resident_records_locked(handles, at);
+  CoveredRecords records = resident_records_locked(handles, at);
   for (ValueRecord* record : records) record->at(at)->hold_count += 1;
   const std::uint64_t token = next_token_++;
   holds_.emplace(token, HoldRecord{std::move(records), at});

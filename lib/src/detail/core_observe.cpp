@@ -50,53 +50,20 @@ ManagerCore::ManagerCore(ManagerOptions options)
 }
 
 ManagerCore::StateAccess::StateAccess(ManagerCore& core) : core_(core) {
-  std::unique_lock lock(core_.gate_mutex_);
-  for (;;) {
-    if (core_.loading_) {
+  switch (core_.gate_.enter()) {
+    case StateGate::Entry::entered:
+      return;
+    case StateGate::Entry::refused_loading:
       throw ResidencyReentrancyError("residency manager '" + core_.manager_id_ +
                                      "' rejects calls while a source callback is active (a source load() is "
                                      "running)");
-    }
-    if (core_.busy_ && core_.owner_ == std::this_thread::get_id()) {
+    case StateGate::Entry::refused_reentry:
       throw ResidencyReentrancyError("residency manager '" + core_.manager_id_ +
                                      "' was re-entered from a callback of one of its own operations");
-    }
-    if (!core_.busy_) break;
-    // Calls are short: let the holder finish before paying for a sleep.
-    for (int spin = 0; spin < 50 && core_.busy_ && !core_.loading_; ++spin) {
-      lock.unlock();
-      std::this_thread::yield();
-      lock.lock();
-    }
-    if (core_.busy_ && !core_.loading_) {
-      ++core_.waiters_;
-      core_.gate_released_.wait(lock);
-      --core_.waiters_;
-    }
   }
-  core_.busy_ = true;
-  core_.owner_ = std::this_thread::get_id();
 }
 
-ManagerCore::StateAccess::~StateAccess() {
-  bool waiters = false;
-  {
-    std::lock_guard lock(core_.gate_mutex_);
-    core_.busy_ = false;
-    core_.owner_ = std::thread::id();
-    waiters = core_.waiters_ > 0;
-  }
-  if (waiters) core_.gate_released_.notify_one();
-}
-
-void ManagerCore::set_loading(bool loading) {
-  {
-    std::lock_guard lock(gate_mutex_);
-    loading_ = loading;
-  }
-  // Waiters re-check: while loading they fail instead of waiting.
-  if (loading) gate_released_.notify_all();
-}
+ManagerCore::StateAccess::~StateAccess() { core_.gate_.leave(); }
 
 void ManagerCore::require_open_locked() const {
   if (closed_) throw ResidencyClosedError("residency manager '" + manager_id_ + "' is closed");

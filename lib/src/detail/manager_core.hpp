@@ -10,8 +10,6 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
-#include <thread>
 #include <cstdint>
 #include <deque>
 #include <exception>
@@ -23,7 +21,10 @@
 #include <string>
 #include <vector>
 
+#include "detail/inline_vector.hpp"
 #include "detail/ledger.hpp"
+#include "detail/state_gate.hpp"
+#include "detail/token_table.hpp"
 #include "detail/transition_rules.hpp"
 #include "detail/value_table.hpp"
 #include "fhelium/residency/manager.hpp"
@@ -34,8 +35,11 @@ namespace fhelium::residency::detail {
 
 enum class LeaseState { active, pending };
 
+// The values a lease or hold covers: usually one, kept inline.
+using CoveredRecords = InlineVector<ValueRecord*, 2>;
+
 struct LeaseRecord {
-  std::vector<ValueRecord*> records;
+  CoveredRecords records;
   ResidencyLocation location;
   LeaseState state = LeaseState::active;
   std::vector<c10::Stream> streams;
@@ -45,7 +49,7 @@ struct LeaseRecord {
 };
 
 struct HoldRecord {
-  std::vector<ValueRecord*> records;
+  CoveredRecords records;
   ResidencyLocation location;
 };
 
@@ -186,7 +190,7 @@ class ManagerCore {
   bool simulated_protected_locked(const Materialization& item);
 
   // Lifetimes (core_lifetimes.cpp).
-  std::vector<ValueRecord*> resident_records_locked(const std::vector<ResidencyHandle>& handles,
+  CoveredRecords resident_records_locked(const std::vector<ResidencyHandle>& handles,
                                                     const ResidencyLocation& at);
   std::uint64_t reserve_locked(const ResidencyLocation& location, std::int64_t nbytes, const std::string& label);
   void release_reservation_locked(std::uint64_t token);
@@ -205,16 +209,9 @@ class ManagerCore {
   const OperationObserver observer_;
   std::atomic<std::uint64_t> next_scope_id_{0};
 
-  // The state lock: one public call at a time. Hand-built on a mutex and a
-  // condition variable so that waiters wake as soon as a source load starts
-  // (and fail with ResidencyReentrancyError) instead of blocking behind it.
-  std::mutex gate_mutex_;
-  std::condition_variable gate_released_;
-  bool busy_ = false;                 // guarded by gate_mutex_
-  std::thread::id owner_;             // guarded by gate_mutex_
-  bool loading_ = false;              // guarded by gate_mutex_
-  int waiters_ = 0;                   // guarded by gate_mutex_
-  void set_loading(bool loading);
+  // The state lock: one public call at a time, reentry refused.
+  StateGate gate_;
+  void set_loading(bool loading) { gate_.set_loading(loading); }
 
   bool closed_ = false;
   std::uint64_t state_version_ = 0;
@@ -222,9 +219,9 @@ class ManagerCore {
   LocationLedger ledger_;
   ValueTable values_;
   std::uint64_t next_token_ = 1;
-  std::map<std::uint64_t, LeaseRecord> leases_;
-  std::map<std::uint64_t, HoldRecord> holds_;
-  std::map<std::uint64_t, ReservationRecord> reservations_;
+  TokenTable<LeaseRecord> leases_;
+  TokenTable<HoldRecord> holds_;
+  TokenTable<ReservationRecord> reservations_;
   std::deque<ResidencyTransitionReport> trace_;
   std::deque<std::string> diagnostics_;
 };

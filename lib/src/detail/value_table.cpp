@@ -53,7 +53,9 @@ ValueRecord* ValueTable::find(const ResidencyHandle& handle) {
   const std::size_t slot = index_by_serial_[serial - 1];
   if (slot == 0) return nullptr;
   ValueRecord& record = record_at(slot - 1);
-  return record.handle == handle ? &record : nullptr;
+  // The manager id matched above and the serial is the handle id's value.
+  const bool same = record.handle.handle_id == handle.handle_id && record.handle.value_type == handle.value_type;
+  return same ? &record : nullptr;
 }
 
 ValueRecord& ValueTable::lookup(const ResidencyHandle& handle) {

@@ -1,0 +1,72 @@
+#include "detail/state_gate.hpp"
+
+namespace fhelium::residency::detail {
+
+StateGate::Entry StateGate::enter() {
+  std::uint32_t expected = 0;
+  if (state_.compare_exchange_strong(expected, busy, std::memory_order_acquire, std::memory_order_relaxed)) {
+    owner_.store(std::this_thread::get_id(), std::memory_order_relaxed);
+    return Entry::entered;
+  }
+  return enter_slow();
+}
+
+StateGate::Entry StateGate::enter_slow() {
+  const std::thread::id self = std::this_thread::get_id();
+  for (int spin = 0;; ++spin) {
+    std::uint32_t state = state_.load(std::memory_order_acquire);
+    if ((state & loading) != 0) return Entry::refused_loading;
+    // Only this thread ever stores its own id, so a match is never stale.
+    if ((state & busy) != 0 && owner_.load(std::memory_order_relaxed) == self) return Entry::refused_reentry;
+    if ((state & busy) == 0) {
+      if (state_.compare_exchange_weak(state, state | busy, std::memory_order_acquire, std::memory_order_relaxed)) {
+        owner_.store(self, std::memory_order_relaxed);
+        return Entry::entered;
+      }
+      continue;
+    }
+    if (spin < 50) {
+      std::this_thread::yield();
+      continue;
+    }
+    std::unique_lock lock(mutex_);
+    ++sleeping_;
+    state_.fetch_or(sleepers, std::memory_order_relaxed);
+    // The holder's leave() reads `sleepers` in the same read-modify-write
+    // that clears `busy`: either it sees this sleeper (and signals under the
+    // mutex, after the wait below has begun) or this re-check sees it gone.
+    const std::uint32_t now = state_.load(std::memory_order_acquire);
+    if ((now & busy) != 0 && (now & loading) == 0) released_.wait(lock);
+    if (--sleeping_ == 0) state_.fetch_and(~sleepers, std::memory_order_relaxed);
+    spin = 0;
+  }
+}
+
+void StateGate::leave() noexcept {
+  owner_.store(std::thread::id(), std::memory_order_relaxed);
+  const std::uint32_t before = state_.fetch_and(~busy, std::memory_order_release);
+  if ((before & sleepers) != 0) wake_sleepers();
+}
+
+void StateGate::set_loading(bool on) noexcept {
+  if (!on) {
+    state_.fetch_and(~loading, std::memory_order_release);
+    return;
+  }
+  const std::uint32_t before = state_.fetch_or(loading, std::memory_order_acq_rel);
+  if ((before & sleepers) != 0) wake_sleepers();
+}
+
+void StateGate::wake_sleepers() noexcept {
+  {
+    std::lock_guard lock(mutex_);
+  }
+  released_.notify_all();
+}
+
+bool StateGate::held_by_this_thread() const noexcept {
+  return (state_.load(std::memory_order_acquire) & busy) != 0 &&
+         owner_.load(std::memory_order_relaxed) == std::this_thread::get_id();
+}
+
+}  // namespace fhelium::residency::detail

@@ -1,0 +1,57 @@
+// StateGate: the manager's state lock. One public call holds it at a time.
+//
+// It differs from a mutex in two ways the manager needs:
+//  - reentry fails instead of deadlocking: a call from the holding thread (a
+//    callback of one of the manager's own operations) is refused, and while
+//    the holder runs a source load every other call is refused too, waiters
+//    included, since they would otherwise wait for user code of unknown
+//    length that may itself be waiting for them;
+//  - an uncontended enter and leave are one atomic read-modify-write each.
+//    Waiting threads spin briefly (calls are short), then sleep on a
+//    condition variable that the leaving thread signals only when someone
+//    sleeps.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <thread>
+
+namespace fhelium::residency::detail {
+
+class StateGate {
+ public:
+  enum class Entry { entered, refused_loading, refused_reentry };
+
+  StateGate() = default;
+  StateGate(const StateGate&) = delete;
+  StateGate& operator=(const StateGate&) = delete;
+
+  // Blocks while another thread holds the gate. Refused (without waiting
+  // any further) while the holder is loading, or when this thread holds it.
+  Entry enter();
+  // Only by the thread that entered.
+  void leave() noexcept;
+  // By the holder around a source load: refuses every enter meanwhile and
+  // wakes the sleepers so that they fail instead of waiting.
+  void set_loading(bool loading) noexcept;
+
+  bool held_by_this_thread() const noexcept;
+
+ private:
+  static constexpr std::uint32_t busy = 1;
+  static constexpr std::uint32_t loading = 2;
+  static constexpr std::uint32_t sleepers = 4;
+
+  Entry enter_slow();
+  void wake_sleepers() noexcept;
+
+  std::atomic<std::uint32_t> state_{0};
+  std::atomic<std::thread::id> owner_{};
+  std::mutex mutex_;                // guards sleeping_ and the condition
+  std::condition_variable released_;
+  int sleeping_ = 0;
+};
+
+}  // namespace fhelium::residency::detail

@@ -1,0 +1,124 @@
+// TokenTable: the live lifetimes of one kind (leases, holds or reservations)
+// keyed by their token, in token order, which is creation order.
+//
+// Tokens only grow, so the table is a flat vector that only ever appends;
+// a lookup is a binary search and an erase leaves a tombstone. Tombstones are
+// swept on insertion once they outnumber the live entries; on erase only
+// trailing ones are dropped, which iteration tolerates, so erasing while
+// iterating (reaping finished leases) is safe. After warm-up
+// a lifetime taken and released costs no allocation of the table's own.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "detail/check.hpp"
+
+namespace fhelium::residency::detail {
+
+template <class T>
+class TokenTable {
+ public:
+  using Entry = std::pair<std::uint64_t, T>;
+
+  template <class Table, class Value>
+  class Iterator {
+   public:
+    Iterator(Table* table, std::size_t index) : table_(table), index_(index) { skip(); }
+    Value& operator*() const { return *table_->items_[index_]; }
+    Value* operator->() const { return &*table_->items_[index_]; }
+    Iterator& operator++() {
+      ++index_;
+      skip();
+      return *this;
+    }
+    // Every position at or past the last entry is the end: erasing the last
+    // entries while iterating drops them from the table.
+    friend bool operator==(const Iterator& left, const Iterator& right) { return left.position() == right.position(); }
+
+   private:
+    friend class TokenTable;
+    std::size_t position() const { return std::min(index_, table_->items_.size()); }
+    void skip() {
+      while (index_ < table_->items_.size() && !table_->items_[index_]) ++index_;
+    }
+    Table* table_;
+    std::size_t index_;
+  };
+  using iterator = Iterator<TokenTable, Entry>;
+  using const_iterator = Iterator<const TokenTable, const Entry>;
+
+  iterator begin() { return {this, 0}; }
+  iterator end() { return {this, items_.size()}; }
+  const_iterator begin() const { return {this, 0}; }
+  const_iterator end() const { return {this, items_.size()}; }
+  std::size_t size() const noexcept { return live_; }
+  bool empty() const noexcept { return live_ == 0; }
+
+  // `token` must be greater than every token inserted before, even erased
+  // or cleared ones.
+  void emplace(std::uint64_t token, T value) {
+    FHELIUM_CHECK(token > last_token_, "lifetime tokens out of order");
+    if (items_.size() - live_ > std::max<std::size_t>(live_, 16)) sweep();
+    tokens_.reserve(tokens_.size() + 1);
+    items_.emplace_back(std::in_place, token, std::move(value));
+    tokens_.push_back(token);
+    last_token_ = token;
+    ++live_;
+  }
+
+  iterator find(std::uint64_t token) { return {this, locate(token)}; }
+  const_iterator find(std::uint64_t token) const { return {this, locate(token)}; }
+
+  void erase(const iterator& at) {
+    FHELIUM_CHECK(at.index_ < items_.size() && items_[at.index_], "erasing a lifetime that is not in the table");
+    items_[at.index_].reset();
+    --live_;
+    // Trailing tombstones go at once, so a table whose newest lifetimes end
+    // first (a lease taken and released) stays as short as its live entries.
+    while (!items_.empty() && !items_.back()) {
+      items_.pop_back();
+      tokens_.pop_back();
+    }
+  }
+
+  void clear() noexcept {
+    items_.clear();
+    tokens_.clear();
+    live_ = 0;
+  }
+
+ private:
+  // The index of live `token`, or items_.size().
+  std::size_t locate(std::uint64_t token) const {
+    const auto found = std::lower_bound(tokens_.begin(), tokens_.end(), token);
+    const auto index = static_cast<std::size_t>(found - tokens_.begin());
+    return found != tokens_.end() && *found == token && items_[index] ? index : items_.size();
+  }
+
+  void sweep() {
+    std::size_t kept = 0;
+    for (std::size_t index = 0; index < items_.size(); ++index) {
+      if (!items_[index]) continue;
+      if (kept != index) {
+        items_[kept].emplace(std::move(*items_[index]));
+        items_[index].reset();
+        tokens_[kept] = tokens_[index];
+      }
+      ++kept;
+    }
+    items_.resize(kept);
+    tokens_.resize(kept);
+  }
+
+  std::vector<std::optional<Entry>> items_;
+  std::vector<std::uint64_t> tokens_;  // ascending, parallel to items_
+  std::size_t live_ = 0;
+  std::uint64_t last_token_ = 0;  // tokens start at 1; kept across clear()
+};
+
+}  // namespace fhelium::residency::detail
