@@ -23,7 +23,9 @@ class InlineVector {
   static_assert(std::is_nothrow_move_constructible_v<T>, "elements are moved when the buffer grows");
 
  public:
-  InlineVector() noexcept = default;
+  // User-provided, so that value-initialization leaves the inline buffer
+  // alone instead of zeroing it.
+  InlineVector() noexcept {}
   InlineVector(const InlineVector&) = delete;
   InlineVector& operator=(const InlineVector&) = delete;
   InlineVector(InlineVector&& other) noexcept { take(std::move(other)); }

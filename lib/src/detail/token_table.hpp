@@ -64,7 +64,7 @@ class TokenTable {
   void emplace(std::uint64_t token, T value) {
     FHELIUM_CHECK(token > last_token_, "lifetime tokens out of order");
     if (items_.size() - live_ > std::max<std::size_t>(live_, 16)) sweep();
-    tokens_.reserve(tokens_.size() + 1);
+    if (tokens_.size() == tokens_.capacity()) tokens_.reserve(std::max<std::size_t>(8, tokens_.size() * 2));
     items_.emplace_back(std::in_place, token, std::move(value));
     tokens_.push_back(token);
     last_token_ = token;

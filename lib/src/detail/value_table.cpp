@@ -1,5 +1,6 @@
 #include "detail/value_table.hpp"
 
+#include <algorithm>
 #include <charconv>
 
 #include "detail/check.hpp"
@@ -24,11 +25,14 @@ ValueRecord& ValueTable::add(ResidencyValueSpec spec, std::shared_ptr<ResidencyS
     chunks_.push_back(std::make_unique<Chunk>());
     chunks_.back()->reserve(chunk_records);
   }
-  index_by_serial_.reserve(index_by_serial_.size() + 1);
+  // Room first, so that nothing after the record is added can throw.
+  if (index_by_serial_.size() == index_by_serial_.capacity()) {
+    index_by_serial_.reserve(std::max<std::size_t>(64, index_by_serial_.size() * 2));
+  }
   const std::uint64_t serial = next_serial_++;
   Chunk& chunk = *chunks_[size_ / chunk_records];
   ResidencyHandle handle{manager_id_, std::to_string(serial), spec.value_type};
-  chunk.push_back(ValueRecord{std::move(handle), std::move(spec), std::move(source), source_location, {}, false});
+  chunk.emplace_back(std::move(handle), std::move(spec), std::move(source), source_location);
   ++size_;
   index_by_serial_.push_back(size_);
   return chunk.back();
