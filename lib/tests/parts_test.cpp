@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <map>
+#include <random>
 #include <set>
 #include <string>
 #include <thread>
@@ -16,6 +18,7 @@
 #include "detail/inline_vector.hpp"
 #include "detail/ledger.hpp"
 #include "detail/state_gate.hpp"
+#include "detail/storage_index.hpp"
 #include "detail/token_table.hpp"
 #include "detail/transition_rules.hpp"
 #include "detail/value_table.hpp"
@@ -233,6 +236,53 @@ TEST(StateGate, ExcludesConcurrentHoldersUnderContention) {
   EXPECT_EQ(counter, std::int64_t{threads} * rounds);
 }
 
+ResidencyValueSpec blob_spec() {
+  return ResidencyValueSpec("Blob", 8, 8, ReplicaMode::replicable, Recoverability::must_preserve);
+}
+
+// ---- the storage ownership index -------------------------------------------------
+
+TEST(StorageIndex, AgreesWithAMapThroughClaimsAndReleasesThatCollide) {
+  StorageIndex index;
+  std::map<std::pair<int, std::uintptr_t>, int> model;  // (device index, address) -> owner tag
+  std::vector<ValueRecord*> owners;
+  ValueTable table("m");
+  for (int tag = 0; tag < 8; ++tag) owners.push_back(&table.add(blob_spec(), nullptr, std::nullopt));
+  std::mt19937_64 random(7);
+  const auto key_of = [](int device, std::uintptr_t address) {
+    return StorageKey{device < 0 ? c10::Device(c10::DeviceType::CPU) : c10::Device(c10::DeviceType::CUDA, device),
+                      address};
+  };
+  for (int step = 0; step < 20000; ++step) {
+    const int device = static_cast<int>(random() % 3) - 1;
+    // Few distinct, widely aligned addresses: long probe runs and wrap-around.
+    const std::uintptr_t address = (random() % 300) << 20;
+    const StorageKey key = key_of(device, address);
+    const auto model_key = std::make_pair(device, address);
+    if (random() % 3 != 0) {
+      const int tag = static_cast<int>(random() % owners.size());
+      const bool fresh = model.count(model_key) == 0;
+      ASSERT_EQ(index.insert(key, StorageIndex::Owner{owners[static_cast<std::size_t>(tag)], CUDA0}), fresh);
+      if (fresh) model[model_key] = tag;
+    } else {
+      ASSERT_EQ(index.erase(key), model.erase(model_key) == 1);
+    }
+    ASSERT_EQ(index.size(), model.size());
+    if (step % 500 == 0) {
+      for (const auto& [where, tag] : model) {
+        const StorageIndex::Owner* owner = index.find(key_of(where.first, where.second));
+        ASSERT_NE(owner, nullptr) << step;
+        EXPECT_EQ(owner->record, owners[static_cast<std::size_t>(tag)]);
+      }
+    }
+  }
+  for (const auto& [where, tag] : model) EXPECT_NE(index.find(key_of(where.first, where.second)), nullptr);
+  EXPECT_EQ(index.find(key_of(5, 12345)), nullptr);
+  index.clear();
+  EXPECT_EQ(index.size(), 0u);
+  EXPECT_EQ(index.find(key_of(-1, 0)), nullptr);
+}
+
 // ---- lifetime tables ------------------------------------------------------------
 
 std::vector<std::uint64_t> tokens_of(const TokenTable<std::string>& table) {
@@ -303,10 +353,6 @@ TEST(InlineVector, KeepsOrderAcrossTheSpillAndErase) {
 }
 
 // ---- the value table ----------------------------------------------------------
-
-ResidencyValueSpec blob_spec() {
-  return ResidencyValueSpec("Blob", 8, 8, ReplicaMode::replicable, Recoverability::must_preserve);
-}
 
 TEST(ValueTable, RecordsStayPutAcrossChunksAndRollbackNeverReissuesAHandle) {
   ValueTable table("m");

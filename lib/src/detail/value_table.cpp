@@ -78,27 +78,26 @@ ValueRecord& ValueTable::lookup(const ResidencyHandle& handle) {
 
 void ValueTable::check_unaliased(const std::vector<StorageKey>& keys) const {
   for (const auto& key : keys) {
-    const auto found = storage_owners_.find(key);
-    if (found != storage_owners_.end()) {
+    if (const StorageIndex::Owner* owner = storage_owners_.find(key)) {
       throw ResidencyOwnershipError("managed materializations must own independent backing storage; storage on " +
-                                    key.device.str() + " is already owned by value '" + found->second.handle_id +
-                                    "' at " + found->second.location.name());
+                                    key.device.str() + " is already owned by value '" +
+                                    owner->record->handle.handle_id + "' at " + owner->location.name());
     }
   }
 }
 
-void ValueTable::claim(const std::vector<StorageKey>& keys, const ResidencyHandle& owner,
+void ValueTable::claim(const std::vector<StorageKey>& keys, const ValueRecord& owner,
                        const ResidencyLocation& location) {
   for (const auto& key : keys) {
-    const bool inserted = storage_owners_.emplace(key, Owner{owner.handle_id, location}).second;
+    const bool inserted = storage_owners_.insert(key, StorageIndex::Owner{&owner, location});
     FHELIUM_CHECK(inserted, "storage claimed twice");
   }
 }
 
 void ValueTable::unclaim(const std::vector<StorageKey>& keys) {
   for (const auto& key : keys) {
-    const auto erased = storage_owners_.erase(key);
-    FHELIUM_CHECK(erased == 1, "storage released that was never claimed");
+    const bool erased = storage_owners_.erase(key);
+    FHELIUM_CHECK(erased, "storage released that was never claimed");
   }
 }
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "detail/inline_vector.hpp"
+#include "detail/storage_index.hpp"
 #include "fhelium/residency/location.hpp"
 #include "fhelium/residency/model.hpp"
 #include "fhelium/residency/value.hpp"
@@ -72,17 +73,13 @@ class ValueTable {
 
   // Throws ResidencyOwnershipError naming the owner when a key is already managed.
   void check_unaliased(const std::vector<StorageKey>& keys) const;
-  void claim(const std::vector<StorageKey>& keys, const ResidencyHandle& owner, const ResidencyLocation& location);
+  // `owner` is a record of this table.
+  void claim(const std::vector<StorageKey>& keys, const ValueRecord& owner, const ResidencyLocation& location);
   void unclaim(const std::vector<StorageKey>& keys);
 
   void clear();
 
  private:
-  struct Owner {
-    std::string handle_id;
-    ResidencyLocation location;
-  };
-
   static constexpr std::size_t chunk_records = 256;
   using Chunk = std::vector<ValueRecord>;  // capacity chunk_records, never exceeded
 
@@ -94,7 +91,7 @@ class ValueTable {
   std::size_t size_ = 0;
   // Record index + 1 by serial - 1; 0 for a serial whose adopt was rolled back.
   std::vector<std::size_t> index_by_serial_;
-  std::unordered_map<StorageKey, Owner> storage_owners_;
+  StorageIndex storage_owners_;
 };
 
 }  // namespace fhelium::residency::detail

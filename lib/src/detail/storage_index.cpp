@@ -1,0 +1,74 @@
+#include "detail/storage_index.hpp"
+
+#include <utility>
+
+namespace fhelium::residency::detail {
+
+std::size_t StorageIndex::home(const StorageKey& key) const noexcept {
+  // Storage addresses are aligned: mix every bit into the top ones, which
+  // the mask then keeps after the shift.
+  std::uint64_t mixed = static_cast<std::uint64_t>(key.address) ^
+                        (static_cast<std::uint64_t>(static_cast<std::uint8_t>(key.device.type())) << 56) ^
+                        (static_cast<std::uint64_t>(static_cast<std::uint8_t>(key.device.index())) << 48);
+  mixed *= 0x9E3779B97F4A7C15ull;
+  return static_cast<std::size_t>(mixed >> 32) & (slots_.size() - 1);
+}
+
+std::size_t StorageIndex::probe(const StorageKey& key) const noexcept {
+  const std::size_t mask = slots_.size() - 1;
+  std::size_t slot = home(key);
+  while (slots_[slot].used && !(slots_[slot].key == key)) slot = (slot + 1) & mask;
+  return slot;
+}
+
+const StorageIndex::Owner* StorageIndex::find(const StorageKey& key) const noexcept {
+  if (size_ == 0) return nullptr;
+  const Slot& slot = slots_[probe(key)];
+  return slot.used ? &slot.owner : nullptr;
+}
+
+bool StorageIndex::insert(const StorageKey& key, Owner owner) {
+  if ((size_ + 1) * 2 > slots_.size()) grow();
+  Slot& slot = slots_[probe(key)];
+  if (slot.used) return false;
+  slot = Slot{key, owner, true};
+  ++size_;
+  return true;
+}
+
+bool StorageIndex::erase(const StorageKey& key) noexcept {
+  if (size_ == 0) return false;
+  const std::size_t mask = slots_.size() - 1;
+  std::size_t hole = probe(key);
+  if (!slots_[hole].used) return false;
+  slots_[hole].used = false;
+  --size_;
+  // Backward shift: move later entries of the run into the hole when their
+  // home does not lie cyclically in (hole, current].
+  for (std::size_t next = (hole + 1) & mask; slots_[next].used; next = (next + 1) & mask) {
+    const std::size_t wanted = home(slots_[next].key);
+    const bool stays = hole <= next ? (hole < wanted && wanted <= next) : (hole < wanted || wanted <= next);
+    if (stays) continue;
+    slots_[hole] = slots_[next];
+    slots_[next].used = false;
+    hole = next;
+  }
+  return true;
+}
+
+void StorageIndex::clear() noexcept {
+  for (Slot& slot : slots_) slot.used = false;
+  size_ = 0;
+}
+
+void StorageIndex::grow() {
+  std::vector<Slot> old = std::exchange(slots_, std::vector<Slot>(slots_.empty() ? 64 : slots_.size() * 2));
+  size_ = 0;
+  for (const Slot& slot : old) {
+    if (!slot.used) continue;
+    slots_[probe(slot.key)] = slot;
+    ++size_;
+  }
+}
+
+}  // namespace fhelium::residency::detail
