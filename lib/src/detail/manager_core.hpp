@@ -1,12 +1,15 @@
 // ManagerCore: the shared state behind ResidencyManager and its lifetimes.
 //
-// The core composes the location ledger, the value table and the lifetime
-// tables under one state lock, and implements each public operation. What an
-// action does to a value is decided once, by the transition rules
-// (transition_rules.hpp), for execution and for explain alike. The methods
-// are split over several sources by job: transitions, lifetimes, plans,
-// explain (plan simulation) and observation. Public entry points take
-// the lock through StateAccess; *_locked helpers require it held.
+// The core composes its parts, each with one job and its own unit tests
+// (lib/tests/parts_test.cpp): the state gate (state_gate.hpp), the location
+// ledger (ledger.hpp), the value table with its storage-ownership index
+// (value_table.hpp, storage_index.hpp), the lifetime tables (token_table.hpp)
+// and the transition rules (transition_rules.hpp), which decide what an
+// action does to a value once, for execution and for explain alike. The core
+// implements each public operation over them; its methods are split over
+// several sources by job: transitions, lifetimes, plans, explain (plan
+// simulation) and observation. Public entry points take the gate through
+// StateAccess; *_locked helpers require it held.
 #pragma once
 
 #include <atomic>
