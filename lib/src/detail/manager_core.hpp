@@ -222,6 +222,7 @@ class ManagerCore {
   LocationLedger ledger_;
   ValueTable values_;
   std::uint64_t next_token_ = 1;
+  std::uint64_t dry_runs_ = 0;  // explain runs so far; numbers each run's shadow
   TokenTable<LeaseRecord> leases_;
   TokenTable<HoldRecord> holds_;
   TokenTable<ReservationRecord> reservations_;

@@ -18,11 +18,15 @@ namespace {
 
 enum class Charge { temporary, used, reserved };
 
+using ShadowLocations = decltype(ValueRecord::shadow_locations);
+
 // The plan's view of the state so far: a shadow ledger and, per value
 // touched, where it is resident.
 class Shadow {
  public:
-  Shadow(const LocationLedger& ledger, const DeviceRuntime& runtime) : ledger_(ledger.shadow()), runtime_(runtime) {}
+  // `run` is a number no earlier dry run of this manager used.
+  Shadow(const LocationLedger& ledger, const DeviceRuntime& runtime, std::uint64_t run)
+      : ledger_(ledger.shadow()), runtime_(runtime), run_(run) {}
 
   // Adds `location` to the shadow ledger; returns a reason when it is invalid.
   std::optional<std::string> prepare(const ResidencyLocation& location) {
@@ -65,15 +69,13 @@ class Shadow {
 
   void uncharge(const ResidencyLocation& location, std::int64_t bytes) { ledger_.remove_used(location, bytes); }
 
-  std::vector<ResidencyLocation>& locations_of(const ValueRecord& record) {
-    auto found = locations_.find(&record);
-    if (found == locations_.end()) {
-      std::vector<ResidencyLocation> initial;
-      initial.reserve(record.materializations.size() + 1);
-      for (const auto& item : record.materializations) initial.push_back(item.location);
-      found = locations_.emplace(&record, std::move(initial)).first;
+  ShadowLocations& locations_of(const ValueRecord& record) {
+    if (record.shadow_run != run_) {
+      record.shadow_locations.clear();
+      for (const auto& item : record.materializations) record.shadow_locations.push_back(item.location);
+      record.shadow_run = run_;
     }
-    return found->second;
+    return record.shadow_locations;
   }
 
   std::unordered_set<const ValueRecord*> discarded;
@@ -88,7 +90,7 @@ class Shadow {
  private:
   LocationLedger ledger_;
   const DeviceRuntime& runtime_;
-  std::unordered_map<const ValueRecord*, std::vector<ResidencyLocation>> locations_;
+  const std::uint64_t run_;
 };
 
 // A value as the plan has left it so far, as the transition rules see it.
@@ -100,7 +102,7 @@ class ShadowView {
  public:
   using Protection = std::function<bool(const Materialization&)>;
 
-  ShadowView(const ValueRecord& record, const std::vector<ResidencyLocation>& locations, const Protection& protection)
+  ShadowView(const ValueRecord& record, const ShadowLocations& locations, const Protection& protection)
       : record_(record), locations_(locations), protection_(protection) {}
 
   const ValueRecord& record() const { return record_; }
@@ -121,11 +123,11 @@ class ShadowView {
 
  private:
   const ValueRecord& record_;
-  const std::vector<ResidencyLocation>& locations_;
+  const ShadowLocations& locations_;
   const Protection& protection_;
 };
 
-void erase(std::vector<ResidencyLocation>& locations, const ResidencyLocation& location) {
+void erase(ShadowLocations& locations, const ResidencyLocation& location) {
   locations.erase(std::find(locations.begin(), locations.end(), location));
 }
 
@@ -148,7 +150,7 @@ ResidencyPlanExplanation ManagerCore::explain_locked(const std::string& name,
                                                      const std::vector<const ResidencyAction*>& actions,
                                                      const std::vector<MemoryReservation>& reservations,
                                                      std::size_t reservations_after) {
-  Shadow shadow(ledger_, *runtime_);
+  Shadow shadow(ledger_, *runtime_, ++dry_runs_);
   const ShadowView::Protection protection = [this](const Materialization& item) {
     return simulated_protected_locked(item);
   };
@@ -201,7 +203,7 @@ ResidencyPlanExplanation ManagerCore::explain_locked(const std::string& name,
       if (auto reason = shadow.prepare(drop->location)) return failed(drop->location, std::nullopt, *reason);
     }
 
-    std::vector<ResidencyLocation>& locations = shadow.locations_of(record);
+    ShadowLocations& locations = shadow.locations_of(record);
     const ShadowView view(record, locations, protection);
     const TransitionDecision decision = decide_transition(action, view);
     std::optional<std::string> reason;

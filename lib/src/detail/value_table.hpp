@@ -41,6 +41,11 @@ struct ValueRecord {
   std::optional<ResidencyLocation> source_location;
   InlineVector<Materialization, 1> materializations;  // insertion order
   bool discarded = false;
+  // Scratch of the dry run (explain) in progress, under the state lock:
+  // where its plan has left this value so far. Valid only while
+  // `shadow_run` is that run's number, so no run has to clear it.
+  mutable std::uint64_t shadow_run = 0;
+  mutable InlineVector<ResidencyLocation, 3> shadow_locations;
 
   Materialization* at(const ResidencyLocation& location);
   const Materialization* at(const ResidencyLocation& location) const;
