@@ -41,9 +41,10 @@ bool handles_unique(const std::vector<ResidencyValueSnapshot>& values) {
   std::size_t capacity = 16;
   while (capacity < values.size() * 2) capacity *= 2;
   std::vector<std::size_t> slots(capacity, 0);  // index + 1; 0 is empty
-  const std::hash<ResidencyHandle> hash;
+  // Equal handles have equal ids: hashing the id alone is enough, and cheaper.
+  const std::hash<std::string> hash;
   for (std::size_t i = 0; i < values.size(); ++i) {
-    for (std::size_t slot = hash(values[i].handle) & (capacity - 1);; slot = (slot + 1) & (capacity - 1)) {
+    for (std::size_t slot = hash(values[i].handle.handle_id) & (capacity - 1);; slot = (slot + 1) & (capacity - 1)) {
       if (slots[slot] == 0) {
         slots[slot] = i + 1;
         break;
