@@ -128,23 +128,22 @@ ResidencySnapshot ManagerCore::snapshot() {
   std::vector<Aggregate> aggregates(ResidencyLocation::ordinal_count);
   std::vector<ResidencyValueSnapshot> values;
   values.reserve(values_.size());
-  values_.for_each([&](const ValueRecord& value) {
-    const ValueRecord* record = &value;
+  values_.for_each([&](const ValueRecord& record) {
     std::vector<MaterializationSnapshot> materializations;
-    materializations.reserve(record->materializations.size());
-    for (const auto& item : record->materializations) {
-      materializations.emplace_back(item.location, record->spec.logical_nbytes, item.storage_nbytes,
-                                    record->spec.storage_nbytes, item.use_count, item.hold_count,
+    materializations.reserve(record.materializations.size());
+    for (const auto& item : record.materializations) {
+      materializations.emplace_back(item.location, record.spec.logical_nbytes, item.storage_nbytes,
+                                    record.spec.storage_nbytes, item.use_count, item.hold_count,
                                     item.pending_count);
       Aggregate& aggregate = aggregates[static_cast<std::size_t>(item.location.ordinal())];
       aggregate.values += 1;
       aggregate.uses += item.use_count;
       aggregate.holds += item.hold_count;
       aggregate.pending += item.pending_count;
-      aggregate.used += record->spec.storage_nbytes;
+      aggregate.used += record.spec.storage_nbytes;
     }
-    values.emplace_back(record->handle, record->spec, std::move(materializations), record->source != nullptr,
-                        record->source_location, record->discarded);
+    values.emplace_back(record.handle, record.spec, std::move(materializations), record.source != nullptr,
+                        record.source_location, record.discarded);
   });
   std::vector<ResidencyReservationSnapshot> reservations;
   for (const auto& [token, reservation] : reservations_) {
