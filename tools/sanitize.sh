@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds and tests the project under a sanitizer, in its own build directory.
 #   bash tools/sanitize.sh address   ASan + UBSan (leak detection on), every suite  -> build-asan
-#   bash tools/sanitize.sh thread    TSan: concurrency unit tests and every property suite -> build-tsan
+#   bash tools/sanitize.sh thread    TSan: concurrency, lifetime and parts unit tests and the property suites -> build-tsan
 # Extra arguments go to `meson test`. Exit status is meson test's. The gate
 # reads BUILD/meson-logs/testlog.json of both directories.
 set -euo pipefail
@@ -25,7 +25,7 @@ case "$kind" in
     options=(-Db_sanitize=thread -Db_lundef=false -Dbenchmarks=disabled -Dbuildtype=debug)
     export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tools/sanitizers/tsan.supp${TSAN_OPTIONS:+:$TSAN_OPTIONS}"
     suites=(property-manager_model property-records property-concurrency property-linearizability concurrency
-            lifetimes crash_safety)
+            lifetimes crash_safety parts)
     ;;
   *)
     echo "usage: bash tools/sanitize.sh address|thread [meson test arguments]" >&2

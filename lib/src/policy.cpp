@@ -1,9 +1,9 @@
 #include "fhelium/residency/policy.hpp"
 
+#include "detail/tiered_lru_key.hpp"
+
 #include <algorithm>
 #include <stdexcept>
-#include <string_view>
-#include <tuple>
 
 namespace fhelium::residency {
 
@@ -82,31 +82,25 @@ std::vector<ResidencyEvictionCandidate> DeterministicTieredLRU::order_candidates
     std::vector<ResidencyEvictionCandidate> candidates) const {
   // Sort positions by key, then move each candidate once: candidates are
   // heavy (a handle is three strings) and there may be one per resident value.
-  struct Key {
-    std::int64_t priority, epoch;
-    int keyless;
-    std::string_view stable_key;
-    std::int64_t registration_index;
+  struct Keyed {
+    detail::TieredLruKey key;
     std::size_t position;
   };
-  std::vector<Key> keys;
+  std::vector<Keyed> keys;
   keys.reserve(candidates.size());
   for (std::size_t position = 0; position < candidates.size(); ++position) {
     const ResidencyEvictionCandidate& candidate = candidates[position];
-    const auto& stable = candidate.metadata.stable_key;
-    keys.push_back({candidate.metadata.priority, candidate.last_access_epoch.value_or(-1), stable ? 0 : 1,
-                    stable ? std::string_view(*stable) : std::string_view(), candidate.registration_index, position});
+    keys.push_back({detail::tiered_lru_key(candidate.metadata, candidate.last_access_epoch,
+                                           candidate.registration_index),
+                    position});
   }
-  const auto before = [](const Key& left, const Key& right) {
-    return std::tie(left.priority, left.epoch, left.keyless, left.stable_key, left.registration_index) <
-           std::tie(right.priority, right.epoch, right.keyless, right.stable_key, right.registration_index);
-  };
+  const auto before = [](const Keyed& left, const Keyed& right) { return left.key < right.key; };
   // Often already in order (equal hints, registration order): then O(n).
   if (std::is_sorted(keys.begin(), keys.end(), before)) return candidates;
   std::stable_sort(keys.begin(), keys.end(), before);
   std::vector<ResidencyEvictionCandidate> ordered;
   ordered.reserve(candidates.size());
-  for (const Key& key : keys) ordered.push_back(std::move(candidates[key.position]));
+  for (const Keyed& keyed : keys) ordered.push_back(std::move(candidates[keyed.position]));
   return ordered;
 }
 

@@ -64,9 +64,4 @@ void StateGate::wake_sleepers() noexcept {
   released_.notify_all();
 }
 
-bool StateGate::held_by_this_thread() const noexcept {
-  return (state_.load(std::memory_order_acquire) & busy) != 0 &&
-         owner_.load(std::memory_order_relaxed) == std::this_thread::get_id();
-}
-
 }  // namespace fhelium::residency::detail

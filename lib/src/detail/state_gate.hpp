@@ -37,8 +37,6 @@ class StateGate {
   // wakes the sleepers so that they fail instead of waiting.
   void set_loading(bool loading) noexcept;
 
-  bool held_by_this_thread() const noexcept;
-
  private:
   static constexpr std::uint32_t busy = 1;
   static constexpr std::uint32_t loading = 2;

@@ -8,13 +8,13 @@
 #include <set>
 #include <stdexcept>
 #include <string>
-#include <string_view>
-#include <tuple>
+#include <functional>
 #include <type_traits>
 #include <unordered_map>
 #include <utility>
 #include <variant>
 
+#include "detail/tiered_lru_key.hpp"
 #include "fhelium/residency/errors.hpp"
 
 namespace fhelium::residency::detail {
@@ -376,28 +376,24 @@ class Search {
   // ---- victims --------------------------------------------------------------
 
   // The unprotected materializations at `location` in `state` that the
-  // search may release, in registration order (values in `blocked` are left
-  // out: the complete rules would offer them).
+  // search may release (values in `blocked` are left out: the complete rules
+  // would offer them), ordered by `before`: those still where the snapshot
+  // had them in the order of `base`, merged with the few the state moved.
+  template <class Before>
   std::vector<std::size_t> candidates(const State& state, const ResidencyLocation& location,
-                                      const std::set<std::size_t>& blocked) {
-    // Both sources are in registration order already: merge them, O(n).
+                                      const std::set<std::size_t>& blocked, const std::vector<std::size_t>& base,
+                                      Before before) {
     std::vector<std::size_t> unchanged, moved;
-    if (const auto base = by_location_.find(location); base != by_location_.end()) {
-      unchanged.reserve(base->second.size());
-      for (const std::size_t value : base->second) {
-        if (state.changed.count(value) == 0) unchanged.push_back(value);
-      }
+    unchanged.reserve(base.size());
+    for (const std::size_t value : base) {
+      if (state.changed.count(value) == 0 && releasable(state, value, location, blocked)) unchanged.push_back(value);
     }
     for (const auto& [value, placements] : state.changed) {
-      if (find(placements, location) != nullptr) moved.push_back(value);
+      if (find(placements, location) != nullptr && releasable(state, value, location, blocked)) moved.push_back(value);
     }
-    std::vector<std::size_t> indices(unchanged.size() + moved.size());
-    std::merge(unchanged.begin(), unchanged.end(), moved.begin(), moved.end(), indices.begin());
-    std::vector<std::size_t> result;
-    result.reserve(indices.size());
-    for (const std::size_t value : indices) {
-      if (releasable(state, value, location, blocked)) result.push_back(value);
-    }
+    std::sort(moved.begin(), moved.end(), before);
+    std::vector<std::size_t> result(unchanged.size() + moved.size());
+    std::merge(unchanged.begin(), unchanged.end(), moved.begin(), moved.end(), result.begin(), before);
     return result;
   }
 
@@ -418,12 +414,33 @@ class Search {
                                       entries_[value].metadata);
   }
 
+  const std::vector<std::size_t>& resident_at(const ResidencyLocation& location) const {
+    static const std::vector<std::size_t> none;
+    const auto found = by_location_.find(location);
+    return found == by_location_.end() ? none : found->second;
+  }
+
   // The victims at `location` in the policy's order, values not required
-  // there before required ones.
+  // there before required ones. DeterministicTieredLRU's key is a total
+  // order fixed for the whole decision, so the order of any set of values is
+  // the order of all of them restricted to that set: each location's values
+  // are sorted by it once, and the policy is not asked. Any other policy is
+  // asked in every state, in registration order.
   std::vector<std::size_t> ordered(const State& state, const ResidencyLocation& location,
                                    const std::set<std::size_t>& blocked) {
-    std::vector<std::size_t> all = builtin_ != nullptr ? builtin_order(state, location, blocked)
-                                                       : candidates(state, location, blocked);
+    std::vector<std::size_t> all;
+    if (builtin_ != nullptr) {
+      const auto before = [this](std::size_t a, std::size_t b) { return lru_key(a) < lru_key(b); };
+      auto sorted = sorted_by_location_.find(location);
+      if (sorted == sorted_by_location_.end()) {
+        std::vector<std::size_t> order = resident_at(location);
+        std::sort(order.begin(), order.end(), before);
+        sorted = sorted_by_location_.emplace(location, std::move(order)).first;
+      }
+      all = candidates(state, location, blocked, sorted->second, before);
+    } else {
+      all = candidates(state, location, blocked, resident_at(location), std::less<std::size_t>());
+    }
     std::vector<std::size_t> ordinary, required;
     ordinary.reserve(all.size());
     for (const std::size_t value : all) (required_.count({value, location}) != 0 ? required : ordinary).push_back(value);
@@ -435,44 +452,9 @@ class Search {
     return ordinary;
   }
 
-  // DeterministicTieredLRU's key is a total order over values fixed for the
-  // whole decision, so the order of any set of candidates is the order of
-  // all of them restricted to that set. Each location's resident values are
-  // sorted once; a state's candidates are that order filtered, merged with
-  // the few values the state placed there.
-  bool builtin_before(std::size_t left, std::size_t right) const {
-    const Entry& a = entries_[left];
-    const Entry& b = entries_[right];
-    const auto key = [](const Entry& entry, std::size_t value) {
-      const auto& stable = entry.metadata.stable_key;
-      return std::make_tuple(entry.metadata.priority, entry.last_access_epoch.value_or(-1), stable ? 0 : 1,
-                             stable ? std::string_view(*stable) : std::string_view(), value);
-    };
-    return key(a, left) < key(b, right);
-  }
-
-  std::vector<std::size_t> builtin_order(const State& state, const ResidencyLocation& location,
-                                         const std::set<std::size_t>& blocked) {
-    auto sorted = sorted_by_location_.find(location);
-    if (sorted == sorted_by_location_.end()) {
-      std::vector<std::size_t> order;
-      if (const auto base = by_location_.find(location); base != by_location_.end()) order = base->second;
-      std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return builtin_before(a, b); });
-      sorted = sorted_by_location_.emplace(location, std::move(order)).first;
-    }
-    std::vector<std::size_t> unchanged, moved;
-    unchanged.reserve(sorted->second.size());
-    for (const std::size_t value : sorted->second) {
-      if (state.changed.count(value) == 0 && releasable(state, value, location, blocked)) unchanged.push_back(value);
-    }
-    for (const auto& [value, placements] : state.changed) {
-      if (find(placements, location) != nullptr && releasable(state, value, location, blocked)) moved.push_back(value);
-    }
-    std::sort(moved.begin(), moved.end(), [&](std::size_t a, std::size_t b) { return builtin_before(a, b); });
-    std::vector<std::size_t> result(unchanged.size() + moved.size());
-    std::merge(unchanged.begin(), unchanged.end(), moved.begin(), moved.end(), result.begin(),
-               [&](std::size_t a, std::size_t b) { return builtin_before(a, b); });
-    return result;
+  TieredLruKey lru_key(std::size_t value) const {
+    return tiered_lru_key(entries_[value].metadata, entries_[value].last_access_epoch,
+                          static_cast<std::int64_t>(value));
   }
 
   // A policy of the user's own: asked in every state, its answer checked.
