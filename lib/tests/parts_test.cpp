@@ -17,6 +17,7 @@
 
 #include "detail/inline_vector.hpp"
 #include "detail/ledger.hpp"
+#include "detail/snapshot_assembly.hpp"
 #include "detail/state_gate.hpp"
 #include "detail/storage_index.hpp"
 #include "detail/token_table.hpp"
@@ -402,6 +403,86 @@ TEST(ValueTable, AValueRecordKeepsSeveralMaterializationsInInsertionOrder) {
   EXPECT_EQ(record.at(CUDA1), nullptr);
   EXPECT_EQ(record.materializations.front().location, PINNED_HOST);
   EXPECT_EQ(record.at(CUDA0)->value.field("data").item<std::int64_t>(), 3);
+}
+
+// A table with three values (one resident at two locations and protected,
+// one source-backed and not resident, one discarded), two reservations and
+// a budgeted CUDA location, assembled into a snapshot.
+struct AssemblyFixture {
+  ValueTable values{"m"};
+  LocationLedger ledger;
+  TokenTable<ReservationRecord> reservations;
+  std::vector<c10::Device> sampled;
+
+  AssemblyFixture() {
+    ledger.add_budget(CUDA0, 1000);
+    ledger.register_location(PAGEABLE_HOST);
+    const auto tensor = [] { return ResidentValue("Blob", {{"data", at::arange(4, at::TensorOptions().dtype(at::kLong))}}); };
+    ValueRecord& first = values.add(ResidencyValueSpec("Blob", 32, 48, ReplicaMode::replicable,
+                                                       Recoverability::must_preserve), nullptr, std::nullopt);
+    first.materializations.push_back(Materialization{PAGEABLE_HOST, tensor(), 32, {}, 0, 1, 0});
+    first.materializations.push_back(Materialization{CUDA0, tensor(), 40, {}, 2, 0, 1});
+    ledger.add_used(PAGEABLE_HOST, 48);
+    ledger.add_used(CUDA0, 48);
+    values.add(ResidencyValueSpec("Blob", 16, 16, ReplicaMode::replicable, Recoverability::reconstructible),
+               make_source([tensor] { return tensor(); }), PINNED_HOST);
+    values.add(blob_spec(), nullptr, std::nullopt).discarded = true;
+    reservations.emplace(1, ReservationRecord{CUDA0, 100, "kv"});
+    reservations.emplace(2, ReservationRecord{PAGEABLE_HOST, 7, "scratch"});
+    ledger.add_reserved(CUDA0, 100);
+    ledger.add_reserved(PAGEABLE_HOST, 7);
+  }
+
+  ResidencySnapshot assemble() {
+    return assemble_snapshot(
+        {"m", 9, values, ledger, reservations},
+        [this](const c10::Device& device) {
+          sampled.push_back(device);
+          return AllocatorSample{11, 22};
+        },
+        [] { return std::int64_t{123}; });
+  }
+};
+
+TEST(SnapshotAssembly, BuildsTheRecordsTheCheckedConstructorsWouldAndCountsEachLocation) {
+  AssemblyFixture fixture;
+  const ResidencySnapshot snapshot = fixture.assemble();
+  // The same records through the checked constructors: equal field for field.
+  const ResidencySnapshot expected(
+      "m", 9,
+      {ResidencyValueSnapshot(ResidencyHandle{"m", "1", "Blob"},
+                              ResidencyValueSpec("Blob", 32, 48, ReplicaMode::replicable, Recoverability::must_preserve),
+                              {MaterializationSnapshot(PAGEABLE_HOST, 32, 32, 48, 0, 1, 0),
+                               MaterializationSnapshot(CUDA0, 32, 40, 48, 2, 0, 1)},
+                              false, std::nullopt, false),
+       ResidencyValueSnapshot(ResidencyHandle{"m", "2", "Blob"},
+                              ResidencyValueSpec("Blob", 16, 16, ReplicaMode::replicable,
+                                                 Recoverability::reconstructible),
+                              {}, true, PINNED_HOST, false),
+       ResidencyValueSnapshot(ResidencyHandle{"m", "3", "Blob"}, blob_spec(), {}, false, std::nullopt, true)},
+      {ResidencyLocationSnapshot(CUDA0, 1000, 48, 100, 852, 48, 148, 1, 1, 2, 0, 1, 11, 22),
+       ResidencyLocationSnapshot(PAGEABLE_HOST, std::nullopt, 48, 7, std::nullopt, 48, 55, 1, 1, 0, 1, 0,
+                                 std::nullopt, std::nullopt)},
+      {ResidencyReservationSnapshot(CUDA0, 100, "kv"), ResidencyReservationSnapshot(PAGEABLE_HOST, 7, "scratch")},
+      123);
+  EXPECT_EQ(snapshot, expected);
+  // Only the CUDA location's allocator is sampled, once.
+  ASSERT_EQ(fixture.sampled.size(), 1u);
+  EXPECT_EQ(fixture.sampled[0], CUDA0.device());
+}
+
+TEST(SnapshotAssemblyDeathTest, ALedgerThatDisagreesWithTheMaterializationsIsABug) {
+  AssemblyFixture fixture;
+  fixture.ledger.add_used(PAGEABLE_HOST, 1);  // a charge no materialization accounts for
+  EXPECT_DEATH(fixture.assemble(), "ledger used bytes disagree with materializations");
+}
+
+TEST(SnapshotAssemblyDeathTest, AMaterializationItsChargeDoesNotCoverIsABug) {
+  AssemblyFixture fixture;
+  ValueRecord* first = fixture.values.find(ResidencyHandle{"m", "1", "Blob"});
+  ASSERT_NE(first, nullptr);
+  first->materializations.front().storage_nbytes = 49;  // more than the value's 48-byte charge
+  EXPECT_DEATH(fixture.assemble(), "materialization charge does not cover its bytes");
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include "detail/check.hpp"
 #include "detail/manager_core.hpp"
+#include "detail/snapshot_assembly.hpp"
 #include "fhelium/residency/errors.hpp"
 
 namespace fhelium::residency::detail {
@@ -122,47 +123,9 @@ ResidencySnapshot ManagerCore::snapshot() {
   StateAccess access(*this);
   require_open_locked();
   reap_locked();
-  struct Aggregate {
-    std::int64_t values = 0, reservations = 0, uses = 0, holds = 0, pending = 0, used = 0;
-  };
-  std::vector<Aggregate> aggregates(ResidencyLocation::ordinal_count);
-  std::vector<ResidencyValueSnapshot> values;
-  values.reserve(values_.size());
-  values_.for_each([&](const ValueRecord& record) {
-    std::vector<MaterializationSnapshot> materializations;
-    materializations.reserve(record.materializations.size());
-    for (const auto& item : record.materializations) {
-      materializations.emplace_back(item.location, record.spec.logical_nbytes, item.storage_nbytes,
-                                    record.spec.storage_nbytes, item.use_count, item.hold_count,
-                                    item.pending_count);
-      Aggregate& aggregate = aggregates[static_cast<std::size_t>(item.location.ordinal())];
-      aggregate.values += 1;
-      aggregate.uses += item.use_count;
-      aggregate.holds += item.hold_count;
-      aggregate.pending += item.pending_count;
-      aggregate.used += record.spec.storage_nbytes;
-    }
-    values.emplace_back(record.handle, record.spec, std::move(materializations), record.source != nullptr,
-                        record.source_location, record.discarded);
-  });
-  std::vector<ResidencyReservationSnapshot> reservations;
-  for (const auto& [token, reservation] : reservations_) {
-    reservations.emplace_back(reservation.location, reservation.nbytes, reservation.label);
-    aggregates[static_cast<std::size_t>(reservation.location.ordinal())].reservations += 1;
-  }
-  std::vector<ResidencyLocationSnapshot> locations;
-  for (const auto& account : ledger_.accounts()) {
-    const Aggregate& aggregate = aggregates[static_cast<std::size_t>(account.location.ordinal())];
-    FHELIUM_CHECK(aggregate.used == account.used_bytes, "ledger used bytes disagree with materializations");
-    const auto [allocated, reserved] = sample_allocator_locked(
-        account.location.is_cuda() ? std::optional<c10::Device>(account.location.device()) : std::nullopt);
-    locations.emplace_back(account.location, account.budget_bytes, account.used_bytes, account.reserved_bytes,
-                           account.remaining_bytes(), account.peak_used_bytes, account.peak_charged_bytes,
-                           aggregate.values, aggregate.reservations, aggregate.uses, aggregate.holds,
-                           aggregate.pending, allocated, reserved);
-  }
-  return ResidencySnapshot(manager_id_, state_version_, std::move(values), std::move(locations),
-                           std::move(reservations), clock_locked());
+  return assemble_snapshot({manager_id_, state_version_, values_, ledger_, reservations_},
+                           [this](const c10::Device& device) { return sample_allocator_locked(device); },
+                           [this] { return clock_locked(); });
 }
 
 std::vector<ResidencyTransitionReport> ManagerCore::trace() {

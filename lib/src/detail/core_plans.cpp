@@ -121,9 +121,8 @@ ResidencyPlanReport ManagerCore::execute_actions(const std::vector<ResidencyActi
   std::vector<const ResidencyAction*> pointers;
   pointers.reserve(actions.size());
   for (const auto& action : actions) pointers.push_back(&action);
-  const ResidencyPlanExplanation explanation = explain_locked(name, pointers, {}, 0);
-  if (!explanation.feasible) {
-    throw ResidencyPlanError("residency plan '" + name + "' is infeasible: " + explanation.reason.value_or("unknown"));
+  if (const auto failure = dry_run_locked(pointers, {}, 0, nullptr)) {
+    throw ResidencyPlanError("residency plan '" + name + "' is infeasible: " + *failure);
   }
   std::vector<ResidencyTransitionReport> transitions;
   transitions.reserve(actions.size());
@@ -148,11 +147,8 @@ ScopeEntry ManagerCore::enter_scope(const ResidencyPlan& plan, const TransferStr
   entry.started_at_ns = clock_locked();
   require_expected_version_locked(expected);
   check_streams_locked(streams);
-  const ResidencyPlanExplanation explanation =
-      explain_locked(plan.name, whole_plan(plan), plan.reservations, plan.reclaim.size());
-  if (!explanation.feasible) {
-    throw ResidencyPlanError("residency plan '" + plan.name +
-                             "' is infeasible: " + explanation.reason.value_or("unknown"));
+  if (const auto failure = dry_run_locked(whole_plan(plan), plan.reservations, plan.reclaim.size(), nullptr)) {
+    throw ResidencyPlanError("residency plan '" + plan.name + "' is infeasible: " + *failure);
   }
   // Admitted reservations are released on every failure path of entry.
   ScopeExit release_reservations([&] {

@@ -4,6 +4,7 @@
 
 #include "detail/check.hpp"
 #include "detail/manager_core.hpp"
+#include "detail/record_assembly.hpp"
 #include "detail/transition_rules.hpp"
 #include "fhelium/residency/errors.hpp"
 
@@ -124,7 +125,7 @@ ResidencyTransitionReport ManagerCore::execute_action_locked(const ResidencyActi
   if (!decision.changes_nothing()) apply_locked(record, decision, stream);
   const auto after = sample_allocator_locked(allocator_device);
   ResidencyTransitionReport report(
-      action, decision.changes_nothing(), decision.source, decision.destination, record.spec.logical_nbytes,
+      RecordAssembly::key(), action, decision.changes_nothing(), decision.source, decision.destination, record.spec.logical_nbytes,
       record.spec.storage_nbytes, started, clock_locked(), allocator_device, before.first, before.second, after.first,
       after.second, decision.no_op ? std::optional<std::string>(decision.no_op) : std::nullopt);
   if (trace_capacity_ > 0) {

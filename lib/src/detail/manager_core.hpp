@@ -3,9 +3,10 @@
 // The core composes its parts, each with one job and its own unit tests
 // (lib/tests/parts_test.cpp): the state gate (state_gate.hpp), the location
 // ledger (ledger.hpp), the value table with its storage-ownership index
-// (value_table.hpp, storage_index.hpp), the lifetime tables (token_table.hpp)
-// and the transition rules (transition_rules.hpp), which decide what an
-// action does to a value once, for execution and for explain alike. The core
+// (value_table.hpp, storage_index.hpp), the lifetime tables (token_table.hpp,
+// lifetime_records.hpp), the transition rules (transition_rules.hpp), which
+// decide what an action does to a value once, for execution and for explain
+// alike, and snapshot assembly (snapshot_assembly.hpp). The core
 // implements each public operation over them; its methods are split over
 // several sources by job: transitions, lifetimes, plans, explain (plan
 // simulation) and observation. Public entry points take the gate through
@@ -26,6 +27,7 @@
 
 #include "detail/inline_vector.hpp"
 #include "detail/ledger.hpp"
+#include "detail/lifetime_records.hpp"
 #include "detail/state_gate.hpp"
 #include "detail/token_table.hpp"
 #include "detail/transition_rules.hpp"
@@ -35,32 +37,6 @@
 #include "fhelium/residency/value.hpp"
 
 namespace fhelium::residency::detail {
-
-enum class LeaseState { active, pending };
-
-// The values a lease or hold covers: usually one, kept inline.
-using CoveredRecords = InlineVector<ValueRecord*, 2>;
-
-struct LeaseRecord {
-  CoveredRecords records;
-  ResidencyLocation location;
-  LeaseState state = LeaseState::active;
-  std::vector<c10::Stream> streams;
-  // Completion events once pending. Empty while pending means recording and the
-  // synchronous fallback both failed: protection stays until a forced close.
-  std::vector<std::shared_ptr<CompletionEvent>> events;
-};
-
-struct HoldRecord {
-  CoveredRecords records;
-  ResidencyLocation location;
-};
-
-struct ReservationRecord {
-  ResidencyLocation location;
-  std::int64_t nbytes = 0;
-  std::string label;
-};
 
 // A value ready to copy from: an existing replica or a freshly loaded one
 // whose temporary charge is still held at `location`.
@@ -187,6 +163,27 @@ class ManagerCore {
       const std::optional<c10::Device>& device);
 
   // Plans (core_plans.cpp, plan_simulation.cpp).
+  // One action's dry-run result; `reason` explains a refusal, or a no-op when
+  // explanations are recorded.
+  struct DryRunOutcome {
+    bool executable = false;
+    bool no_op = false;
+    std::optional<ResidencyLocation> source, destination;
+    std::int64_t logical_nbytes = 0, storage_nbytes = 0;
+    std::optional<std::string> reason;
+  };
+  struct DryRunRecords {
+    std::vector<ResidencyActionExplanation> explanations;
+    std::vector<std::pair<ResidencyLocation, std::int64_t>> peaks;
+  };
+  // Dry-runs `actions` (with `reservations` admitted before action
+  // `reservations_after`) and returns the first refusal's reason, or nothing
+  // when the plan is feasible. `records`, when given, receives the
+  // explanations and predicted peaks; a preflight passes none and builds no
+  // record.
+  std::optional<std::string> dry_run_locked(const std::vector<const ResidencyAction*>& actions,
+                                            const std::vector<MemoryReservation>& reservations,
+                                            std::size_t reservations_after, DryRunRecords* records);
   ResidencyPlanExplanation explain_locked(const std::string& name, const std::vector<const ResidencyAction*>& actions,
                                           const std::vector<MemoryReservation>& reservations,
                                           std::size_t reservations_after);

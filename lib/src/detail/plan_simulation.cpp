@@ -9,6 +9,7 @@
 #include <unordered_set>
 
 #include "detail/manager_core.hpp"
+#include "detail/record_assembly.hpp"
 #include "detail/transition_rules.hpp"
 #include "fhelium/residency/errors.hpp"
 
@@ -146,17 +147,13 @@ bool ManagerCore::simulated_protected_locked(const Materialization& item) {
   return false;
 }
 
-ResidencyPlanExplanation ManagerCore::explain_locked(const std::string& name,
-                                                     const std::vector<const ResidencyAction*>& actions,
-                                                     const std::vector<MemoryReservation>& reservations,
-                                                     std::size_t reservations_after) {
+std::optional<std::string> ManagerCore::dry_run_locked(const std::vector<const ResidencyAction*>& actions,
+                                                       const std::vector<MemoryReservation>& reservations,
+                                                       std::size_t reservations_after, DryRunRecords* records) {
   Shadow shadow(ledger_, *runtime_, ++dry_runs_);
   const ShadowView::Protection protection = [this](const Materialization& item) {
     return simulated_protected_locked(item);
   };
-  std::vector<ResidencyActionExplanation> explanations;
-  explanations.reserve(actions.size());
-  std::optional<std::string> failure;
 
   const auto admit_reservations = [&]() -> std::optional<std::string> {
     for (const auto& reservation : reservations) {
@@ -168,25 +165,26 @@ ResidencyPlanExplanation ManagerCore::explain_locked(const std::string& name,
     return std::nullopt;
   };
 
-  const auto simulate = [&](const ResidencyAction& action) -> ResidencyActionExplanation {
+  // One action against the shadow. Reasons are built for refusals always, for
+  // no-ops only when the explanation is recorded.
+  const auto simulate = [&](const ResidencyAction& action) -> DryRunOutcome {
     const ValueRecord* record_pointer = nullptr;
     try {
       record_pointer = &values_.lookup(action_handle(action));
     } catch (const ResidencyHandleError& error) {
-      return ResidencyActionExplanation(action, false, false, std::nullopt, std::nullopt, 0, 0, error.what());
+      return {false, false, std::nullopt, std::nullopt, 0, 0, error.what()};
     }
     const ValueRecord& record = *record_pointer;
     if (shadow.discarded.count(&record) != 0) {
       // Discarded earlier in this plan: reported like an unknown handle, with
       // no bytes, source or destination (the reference's failed explanation).
-      return ResidencyActionExplanation(action, false, false, std::nullopt, std::nullopt, 0, 0,
-                                        "value '" + record.handle.handle_id + "' is discarded");
+      return {false, false, std::nullopt, std::nullopt, 0, 0,
+              "value '" + record.handle.handle_id + "' is discarded"};
     }
     const std::int64_t charge = record.spec.storage_nbytes;
     const auto failed = [&](std::optional<ResidencyLocation> source, std::optional<ResidencyLocation> destination,
-                            std::string reason) {
-      return ResidencyActionExplanation(action, false, false, std::move(source), std::move(destination),
-                                        record.spec.logical_nbytes, charge, std::move(reason));
+                            std::string reason) -> DryRunOutcome {
+      return {false, false, source, destination, record.spec.logical_nbytes, charge, std::move(reason)};
     };
     // The runtime's location checks come first, as in execution.
     if (const auto* ensure = std::get_if<EnsureResident>(&action)) {
@@ -212,7 +210,7 @@ ResidencyPlanExplanation ManagerCore::explain_locked(const std::string& name,
                                             ? view.protected_locations()
                                             : std::vector<ResidencyLocation>{});
     } else if (decision.changes_nothing()) {
-      reason = decision.no_op;
+      if (records != nullptr) reason = decision.no_op;
     } else if (decision.discard) {
       while (!locations.empty()) {
         shadow.uncharge(locations.back(), charge);
@@ -231,18 +229,36 @@ ResidencyPlanExplanation ManagerCore::explain_locked(const std::string& name,
       }
     }
     const bool no_op = decision.changes_nothing();
-    return ResidencyActionExplanation(action, !reason || no_op, no_op, decision.source, decision.destination,
-                                      record.spec.logical_nbytes, charge, reason);
+    return {!reason || no_op, no_op, decision.source, decision.destination, record.spec.logical_nbytes, charge,
+            std::move(reason)};
   };
 
+  std::optional<std::string> failure;
+  if (records != nullptr) records->explanations.reserve(actions.size());
   for (std::size_t index = 0; index <= actions.size() && !failure; ++index) {
     if (index == reservations_after) failure = admit_reservations();
     if (failure || index == actions.size()) break;
-    explanations.push_back(simulate(*actions[index]));
-    if (!explanations.back().executable) failure = explanations.back().reason;
+    DryRunOutcome outcome = simulate(*actions[index]);
+    if (!outcome.executable) failure = outcome.reason;
+    if (records != nullptr) {
+      records->explanations.emplace_back(RecordAssembly::key(), *actions[index], outcome.executable, outcome.no_op,
+                                         outcome.source, outcome.destination, outcome.logical_nbytes,
+                                         outcome.storage_nbytes, std::move(outcome.reason));
+    }
   }
-  return ResidencyPlanExplanation(name, std::move(explanations), reservations, shadow.peaks(), !failure.has_value(),
-                                  failure);
+  if (records != nullptr) records->peaks = shadow.peaks();
+  return failure;
+}
+
+ResidencyPlanExplanation ManagerCore::explain_locked(const std::string& name,
+                                                     const std::vector<const ResidencyAction*>& actions,
+                                                     const std::vector<MemoryReservation>& reservations,
+                                                     std::size_t reservations_after) {
+  DryRunRecords records;
+  std::optional<std::string> failure = dry_run_locked(actions, reservations, reservations_after, &records);
+  const bool feasible = !failure.has_value();
+  return ResidencyPlanExplanation(name, std::move(records.explanations), reservations, std::move(records.peaks),
+                                  feasible, std::move(failure));
 }
 
 }  // namespace fhelium::residency::detail

@@ -6,6 +6,11 @@
 // record that exists is internally consistent. Bytes are std::int64_t,
 // timestamps are Unix (or, under a simulated runtime, virtual) nanoseconds.
 // Records are plain values: copy them freely and read them from any thread.
+//
+// The constructors that take a TrustedRecordKey skip those checks. Only the
+// manager can make the key: it builds records from state whose rules it
+// keeps (and asserts) itself, so checking them again per record would only
+// repeat, per value and per action, what holds by construction.
 #pragma once
 
 #include <c10/core/Device.h>
@@ -21,6 +26,16 @@
 #include "fhelium/residency/plan.hpp"
 
 namespace fhelium::residency {
+
+namespace detail {
+struct RecordAssembly;
+}
+
+// Opens the unchecked record constructors to the manager's record assembly.
+class TrustedRecordKey {
+  friend struct detail::RecordAssembly;
+  TrustedRecordKey() = default;
+};
 
 // Protection and byte state of one value at one location. charged_nbytes is the
 // fixed admission charge; storage_nbytes the actual unique backing storage.
@@ -38,6 +53,16 @@ struct MaterializationSnapshot {
   MaterializationSnapshot(ResidencyLocation location, std::int64_t logical_nbytes, std::int64_t storage_nbytes,
                           std::int64_t charged_nbytes, std::int64_t use_count, std::int64_t hold_count,
                           std::int64_t pending_event_count);
+  MaterializationSnapshot(TrustedRecordKey, ResidencyLocation location, std::int64_t logical_nbytes,
+                          std::int64_t storage_nbytes, std::int64_t charged_nbytes, std::int64_t use_count,
+                          std::int64_t hold_count, std::int64_t pending_event_count) noexcept
+      : location(location),
+        logical_nbytes(logical_nbytes),
+        storage_nbytes(storage_nbytes),
+        charged_nbytes(charged_nbytes),
+        use_count(use_count),
+        hold_count(hold_count),
+        pending_event_count(pending_event_count) {}
   bool is_protected() const noexcept { return use_count + hold_count + pending_event_count > 0; }
   friend bool operator==(const MaterializationSnapshot&, const MaterializationSnapshot&) = default;
 };
@@ -54,6 +79,15 @@ struct ResidencyValueSnapshot {
   ResidencyValueSnapshot(ResidencyHandle handle, ResidencyValueSpec spec,
                          std::vector<MaterializationSnapshot> materializations, bool has_source,
                          std::optional<ResidencyLocation> source_location, bool discarded);
+  ResidencyValueSnapshot(TrustedRecordKey, const ResidencyHandle& handle, const ResidencyValueSpec& spec,
+                         std::vector<MaterializationSnapshot>&& materializations, bool has_source,
+                         std::optional<ResidencyLocation> source_location, bool discarded)
+      : handle(handle),
+        spec(spec),
+        materializations(std::move(materializations)),
+        has_source(has_source),
+        source_location(source_location),
+        discarded(discarded) {}
   // The materialization at `location`, or nullptr.
   const MaterializationSnapshot* at(const ResidencyLocation& location) const noexcept;
   friend bool operator==(const ResidencyValueSnapshot&, const ResidencyValueSnapshot&) = default;
@@ -111,6 +145,15 @@ struct ResidencySnapshot {
   ResidencySnapshot(std::string manager_id, std::uint64_t state_version, std::vector<ResidencyValueSnapshot> values,
                     std::vector<ResidencyLocationSnapshot> locations,
                     std::vector<ResidencyReservationSnapshot> reservations, std::int64_t captured_at_ns);
+  ResidencySnapshot(TrustedRecordKey, const std::string& manager_id, std::uint64_t state_version,
+                    std::vector<ResidencyValueSnapshot>&& values, std::vector<ResidencyLocationSnapshot>&& locations,
+                    std::vector<ResidencyReservationSnapshot>&& reservations, std::int64_t captured_at_ns)
+      : manager_id(manager_id),
+        state_version(state_version),
+        values(std::move(values)),
+        locations(std::move(locations)),
+        reservations(std::move(reservations)),
+        captured_at_ns(captured_at_ns) {}
   // Lookups; nullptr when absent.
   const ResidencyLocationSnapshot* location(const ResidencyLocation& location) const noexcept;
   const ResidencyValueSnapshot* value(const ResidencyHandle& handle) const noexcept;
@@ -145,6 +188,29 @@ struct ResidencyTransitionReport {
                             std::optional<std::int64_t> allocator_allocated_bytes_after = std::nullopt,
                             std::optional<std::int64_t> allocator_reserved_bytes_after = std::nullopt,
                             std::optional<std::string> reason = std::nullopt);
+  ResidencyTransitionReport(TrustedRecordKey, const ResidencyAction& action, bool no_op,
+                            std::optional<ResidencyLocation> source, std::optional<ResidencyLocation> destination,
+                            std::int64_t logical_nbytes, std::int64_t storage_nbytes, std::int64_t started_at_ns,
+                            std::int64_t completed_at_ns, std::optional<c10::Device> allocator_device,
+                            std::optional<std::int64_t> allocator_allocated_bytes_before,
+                            std::optional<std::int64_t> allocator_reserved_bytes_before,
+                            std::optional<std::int64_t> allocator_allocated_bytes_after,
+                            std::optional<std::int64_t> allocator_reserved_bytes_after,
+                            std::optional<std::string> reason)
+      : action(action),
+        no_op(no_op),
+        source(source),
+        destination(destination),
+        logical_nbytes(logical_nbytes),
+        storage_nbytes(storage_nbytes),
+        started_at_ns(started_at_ns),
+        completed_at_ns(completed_at_ns),
+        allocator_device(allocator_device),
+        allocator_allocated_bytes_before(allocator_allocated_bytes_before),
+        allocator_reserved_bytes_before(allocator_reserved_bytes_before),
+        allocator_allocated_bytes_after(allocator_allocated_bytes_after),
+        allocator_reserved_bytes_after(allocator_reserved_bytes_after),
+        reason(std::move(reason)) {}
   friend bool operator==(const ResidencyTransitionReport&, const ResidencyTransitionReport&) = default;
 };
 
@@ -163,6 +229,18 @@ struct ResidencyActionExplanation {
                              std::optional<ResidencyLocation> source, std::optional<ResidencyLocation> destination,
                              std::int64_t logical_nbytes, std::int64_t storage_nbytes,
                              std::optional<std::string> reason = std::nullopt);
+  ResidencyActionExplanation(TrustedRecordKey, const ResidencyAction& action, bool executable, bool no_op,
+                             std::optional<ResidencyLocation> source, std::optional<ResidencyLocation> destination,
+                             std::int64_t logical_nbytes, std::int64_t storage_nbytes,
+                             std::optional<std::string>&& reason)
+      : action(action),
+        executable(executable),
+        no_op(no_op),
+        source(source),
+        destination(destination),
+        logical_nbytes(logical_nbytes),
+        storage_nbytes(storage_nbytes),
+        reason(std::move(reason)) {}
   friend bool operator==(const ResidencyActionExplanation&, const ResidencyActionExplanation&) = default;
 };
 

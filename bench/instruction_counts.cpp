@@ -1,0 +1,155 @@
+// Instructions per manager operation, counted by callgrind: the end-to-end
+// workloads of torch_bench.cpp (default TorchRuntime at pageable host, values
+// of one 4 KiB int64 tensor, sources that clone a 4 KiB template), each run a
+// fixed number of times with collection switched on around the operations
+// only. Unlike wall time, the counts repeat exactly for the same binary, so a
+// change to the manager shows up as a number even on a noisy machine.
+//
+// Run it under callgrind through tools/instruction-counts.sh, which prints a
+// table of instructions per operation; run directly, it only executes the
+// workloads (a smoke test that they still run). With --profile it leaves
+// collection alone, for a profile of one function through callgrind's own
+// --toggle-collect.
+#include <ATen/ops/arange.h>
+#include <valgrind/callgrind.h>
+
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fhelium/residency.hpp"
+
+namespace {
+
+using namespace fhelium::residency;
+
+constexpr std::int64_t batch = 1000;
+constexpr std::int64_t elements = 512;  // 4 KiB of int64
+
+at::Tensor template_tensor() { return at::arange(elements, at::TensorOptions().dtype(at::kLong)); }
+
+ResidentValue tensor_value(const at::Tensor& tensor) { return ResidentValue("Blob", {{"data", tensor}}); }
+
+std::unique_ptr<ResidencyManager> fresh_manager() {
+  ManagerOptions options;
+  options.trace_capacity = 0;
+  return std::make_unique<ResidencyManager>(std::move(options));
+}
+
+ResidencyValueSpec source_spec() {
+  return ResidencyValueSpec("Blob", elements * 8, elements * 8, ReplicaMode::replicable,
+                            Recoverability::reconstructible);
+}
+
+std::shared_ptr<ResidencySource> clone_source(const at::Tensor& original) {
+  return make_source([original] { return tensor_value(original.clone()); });
+}
+
+// Counts the instructions of `measured` alone and dumps them under `name`,
+// with the number of operations it ran, for tools/instruction-counts.sh.
+bool profile = false;
+
+void count(const std::string& name, std::int64_t operations, const std::function<void()>& measured) {
+  if (profile) {
+    measured();
+    return;
+  }
+  const std::string label = name + " " + std::to_string(operations);
+  CALLGRIND_ZERO_STATS;
+  CALLGRIND_TOGGLE_COLLECT;
+  measured();
+  CALLGRIND_TOGGLE_COLLECT;
+  CALLGRIND_DUMP_STATS_AT(label.c_str());
+  std::printf("%s\n", label.c_str());
+}
+
+std::vector<ResidentValue> fresh_values(std::int64_t count_of) {
+  const at::Tensor original = template_tensor();
+  std::vector<ResidentValue> values;
+  for (std::int64_t i = 0; i < count_of; ++i) values.push_back(tensor_value(original.clone()));
+  return values;
+}
+
+void source_workloads() {
+  const auto source = clone_source(template_tensor());
+  count("source_load", batch, [&] {
+    for (std::int64_t i = 0; i < batch; ++i) ResidentValue loaded = source->load();
+  });
+  {
+    std::vector<ResidentValue> values = fresh_values(batch);
+    count("tensor_release", batch, [&] {
+      for (auto& value : values) ResidentValue released = std::move(value);
+    });
+  }
+  auto manager = fresh_manager();
+  std::vector<ResidencyHandle> handles;
+  handles.reserve(batch);
+  count("register_source", batch, [&] {
+    for (std::int64_t i = 0; i < batch; ++i) handles.push_back(manager->register_source(source_spec(), source));
+  });
+  count("ensure_from_source", batch, [&] {
+    for (const auto& handle : handles) manager->ensure(handle, PAGEABLE_HOST);
+  });
+  count("drop", batch, [&] {
+    for (const auto& handle : handles) manager->drop(handle, PAGEABLE_HOST);
+  });
+}
+
+void value_workloads() {
+  {
+    auto manager = fresh_manager();
+    std::vector<ResidentValue> values = fresh_values(batch);
+    count("adopt", batch, [&] {
+      for (auto& value : values) manager->adopt(std::move(value), PAGEABLE_HOST);
+    });
+  }
+  {
+    auto manager = fresh_manager();
+    const std::vector<ResidencyHandle> one{manager->adopt(fresh_values(1)[0])};
+    count("acquire_release", batch, [&] {
+      for (std::int64_t i = 0; i < batch; ++i) manager->acquire(one, PAGEABLE_HOST).release();
+    });
+  }
+  for (const std::int64_t values : {1000, 10000, 100000}) {
+    auto manager = fresh_manager();
+    for (auto& value : fresh_values(values)) manager->adopt(std::move(value));
+    manager->snapshot();  // the first one warms the allocator
+    count("snapshot/" + std::to_string(values), values, [&] { ResidencySnapshot snapshot = manager->snapshot(); });
+  }
+}
+
+// A 1000-action plan: 500 ensures from sources and 500 drops.
+std::unique_ptr<ResidencyManager> mixed_plan(std::vector<ResidencyAction>& actions) {
+  auto manager = fresh_manager();
+  const auto source = clone_source(template_tensor());
+  for (std::int64_t i = 0; i < batch / 2; ++i) {
+    actions.push_back(EnsureResident{manager->register_source(source_spec(), source), PAGEABLE_HOST});
+  }
+  for (std::int64_t i = 0; i < batch / 2; ++i) {
+    const ResidencyHandle handle = manager->register_source(source_spec(), source);
+    manager->ensure(handle, PAGEABLE_HOST);
+    actions.push_back(DropResident{handle, PAGEABLE_HOST});
+  }
+  return manager;
+}
+
+void plan_workloads() {
+  std::vector<ResidencyAction> actions;
+  auto manager = mixed_plan(actions);
+  const ResidencyPlan plan{"mixed", actions};
+  manager->explain(plan);
+  count("explain", batch, [&] { ResidencyPlanExplanation explanation = manager->explain(plan); });
+  count("execute_actions", batch, [&] { ResidencyPlanReport report = manager->execute_actions(actions, "mixed"); });
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  profile = argc > 1 && std::string(argv[1]) == "--profile";
+  source_workloads();
+  value_workloads();
+  plan_workloads();
+  return 0;
+}

@@ -1,0 +1,45 @@
+// What the manager keeps per live lifetime: the leases, holds and
+// reservations of its lifetime tables (TokenTable, keyed by token).
+#pragma once
+
+#include <c10/core/Stream.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "detail/inline_vector.hpp"
+#include "detail/value_table.hpp"
+#include "fhelium/residency/location.hpp"
+#include "fhelium/residency/runtime.hpp"
+
+namespace fhelium::residency::detail {
+
+enum class LeaseState { active, pending };
+
+// The values a lease or hold covers: usually one, kept inline.
+using CoveredRecords = InlineVector<ValueRecord*, 2>;
+
+struct LeaseRecord {
+  CoveredRecords records;
+  ResidencyLocation location;
+  LeaseState state = LeaseState::active;
+  std::vector<c10::Stream> streams;
+  // Completion events once pending. Empty while pending means recording and the
+  // synchronous fallback both failed: protection stays until a forced close.
+  std::vector<std::shared_ptr<CompletionEvent>> events;
+};
+
+struct HoldRecord {
+  CoveredRecords records;
+  ResidencyLocation location;
+};
+
+struct ReservationRecord {
+  ResidencyLocation location;
+  std::int64_t nbytes = 0;
+  std::string label;
+};
+
+}  // namespace fhelium::residency::detail

@@ -1,0 +1,82 @@
+#include "detail/snapshot_assembly.hpp"
+
+#include <array>
+#include <vector>
+
+#include "detail/check.hpp"
+#include "detail/record_assembly.hpp"
+
+namespace fhelium::residency::detail {
+
+namespace {
+
+struct Aggregate {
+  std::int64_t values = 0, reservations = 0, uses = 0, holds = 0, pending = 0, used = 0;
+};
+
+using Aggregates = std::array<Aggregate, ResidencyLocation::ordinal_count>;
+
+Aggregate& aggregate_of(Aggregates& aggregates, const ResidencyLocation& location) {
+  return aggregates[static_cast<std::size_t>(location.ordinal())];
+}
+
+ResidencyValueSnapshot value_snapshot(const ValueRecord& record, Aggregates& aggregates) {
+  const std::int64_t charge = record.spec.storage_nbytes;
+  std::vector<MaterializationSnapshot> materializations;
+  materializations.reserve(record.materializations.size());
+  for (const auto& item : record.materializations) {
+    // What the checked constructor would refuse, the manager never records.
+    FHELIUM_CHECK(item.storage_nbytes <= charge && record.spec.logical_nbytes <= charge,
+                  "materialization charge does not cover its bytes");
+    materializations.emplace_back(RecordAssembly::key(), item.location, record.spec.logical_nbytes,
+                                  item.storage_nbytes, charge, item.use_count, item.hold_count, item.pending_count);
+    Aggregate& aggregate = aggregate_of(aggregates, item.location);
+    aggregate.values += 1;
+    aggregate.uses += item.use_count;
+    aggregate.holds += item.hold_count;
+    aggregate.pending += item.pending_count;
+    aggregate.used += charge;
+  }
+  FHELIUM_CHECK(!record.discarded || (record.materializations.empty() && record.source == nullptr),
+                "a discarded value keeps a materialization or a source");
+  FHELIUM_CHECK((record.source != nullptr) == record.source_location.has_value(),
+                "source and source location disagree");
+  return ResidencyValueSnapshot(RecordAssembly::key(), record.handle, record.spec, std::move(materializations),
+                                record.source != nullptr, record.source_location, record.discarded);
+}
+
+}  // namespace
+
+ResidencySnapshot assemble_snapshot(const SnapshotSources& sources,
+                                    const std::function<AllocatorSample(const c10::Device&)>& sample,
+                                    const std::function<std::int64_t()>& clock) {
+  Aggregates aggregates{};
+  std::vector<ResidencyValueSnapshot> values;
+  values.reserve(sources.values.size());
+  sources.values.for_each([&](const ValueRecord& record) { values.push_back(value_snapshot(record, aggregates)); });
+
+  std::vector<ResidencyReservationSnapshot> reservations;
+  reservations.reserve(sources.reservations.size());
+  for (const auto& [token, reservation] : sources.reservations) {
+    reservations.emplace_back(reservation.location, reservation.nbytes, reservation.label);
+    aggregate_of(aggregates, reservation.location).reservations += 1;
+  }
+
+  // Few locations: their records keep the checked constructor.
+  std::vector<ResidencyLocationSnapshot> locations;
+  locations.reserve(sources.ledger.accounts().size());
+  for (const auto& account : sources.ledger.accounts()) {
+    const Aggregate& aggregate = aggregate_of(aggregates, account.location);
+    FHELIUM_CHECK(aggregate.used == account.used_bytes, "ledger used bytes disagree with materializations");
+    const AllocatorSample allocator =
+        account.location.is_cuda() ? sample(account.location.device()) : AllocatorSample{};
+    locations.emplace_back(account.location, account.budget_bytes, account.used_bytes, account.reserved_bytes,
+                           account.remaining_bytes(), account.peak_used_bytes, account.peak_charged_bytes,
+                           aggregate.values, aggregate.reservations, aggregate.uses, aggregate.holds,
+                           aggregate.pending, allocator.first, allocator.second);
+  }
+  return ResidencySnapshot(RecordAssembly::key(), sources.manager_id, sources.state_version, std::move(values),
+                           std::move(locations), std::move(reservations), clock());
+}
+
+}  // namespace fhelium::residency::detail
