@@ -17,6 +17,7 @@
 
 #include "detail/inline_vector.hpp"
 #include "detail/ledger.hpp"
+#include "detail/ring.hpp"
 #include "detail/snapshot_assembly.hpp"
 #include "detail/state_gate.hpp"
 #include "detail/storage_index.hpp"
@@ -380,6 +381,10 @@ TEST(ValueTable, RecordsStayPutAcrossChunksAndRollbackNeverReissuesAHandle) {
   EXPECT_EQ(table.find(ResidencyHandle{"m", "0", "Blob"}), nullptr);
   EXPECT_EQ(table.find(ResidencyHandle{"m", "99999", "Blob"}), nullptr);
   EXPECT_EQ(table.find(ResidencyHandle{"m", "1x", "Blob"}), nullptr);
+  EXPECT_EQ(table.find(ResidencyHandle{"m", "01", "Blob"}), nullptr);  // the serial's value, not its id
+  EXPECT_EQ(table.find(ResidencyHandle{"m", "+1", "Blob"}), nullptr);
+  EXPECT_EQ(table.find(ResidencyHandle{"m", "", "Blob"}), nullptr);
+  EXPECT_EQ(table.find(ResidencyHandle{"m", "18446744073709551617", "Blob"}), nullptr);  // past 2^64
   EXPECT_EQ(table.find(ResidencyHandle{"m", "1", "Other"}), nullptr);  // same serial, another type
   EXPECT_EQ(table.find(ResidencyHandle{"n", "1", "Blob"}), nullptr);
   EXPECT_THROW(table.lookup(ResidencyHandle{"n", "1", "Blob"}), ResidencyHandleError);
@@ -403,6 +408,37 @@ TEST(ValueTable, AValueRecordKeepsSeveralMaterializationsInInsertionOrder) {
   EXPECT_EQ(record.at(CUDA1), nullptr);
   EXPECT_EQ(record.materializations.front().location, PINNED_HOST);
   EXPECT_EQ(record.at(CUDA0)->value.field("data").item<std::int64_t>(), 3);
+}
+
+TEST(Ring, KeepsTheLastItemsOldestFirstAndOverwritesSlotsInPlace) {
+  Ring<std::string> ring(3);
+  EXPECT_TRUE(ring.items().empty());
+  for (const char* item : {"a", "b"}) ring.push(item);
+  EXPECT_EQ(ring.items(), (std::vector<std::string>{"a", "b"}));
+  for (const char* item : {"c", "d", "e"}) ring.push(item);
+  EXPECT_EQ(ring.items(), (std::vector<std::string>{"c", "d", "e"}));
+  EXPECT_EQ(ring.size(), 3u);
+  // Every rotation of a full ring reads in push order.
+  std::vector<int> pushed;
+  Ring<int> numbers(4);
+  for (int item = 0; item < 23; ++item) {
+    numbers.push(item);
+    pushed.push_back(item);
+    const std::size_t kept = std::min<std::size_t>(pushed.size(), 4);
+    EXPECT_EQ(numbers.items(), std::vector<int>(pushed.end() - static_cast<std::ptrdiff_t>(kept), pushed.end()))
+        << item;
+  }
+  numbers.clear();
+  EXPECT_TRUE(numbers.items().empty());
+  numbers.push(99);
+  EXPECT_EQ(numbers.items(), std::vector<int>{99});
+  Ring<int> none(0);
+  none.push(1);
+  EXPECT_TRUE(none.items().empty());
+  // A huge capacity allocates only as items arrive.
+  Ring<int> large(std::size_t{1} << 40);
+  large.push(7);
+  EXPECT_EQ(large.items(), std::vector<int>{7});
 }
 
 // A table with three values (one resident at two locations and protected,

@@ -288,6 +288,9 @@ TEST_F(ParityFixture, HandlesWithBlankFieldsAreArgumentErrorsWhereverAccepted) {
   EXPECT_THROW(ResidencyValueSpec(" ", 4, 4, ReplicaMode::replicable, Recoverability::reconstructible),
                std::invalid_argument);
   EXPECT_THROW(validate_handle(ResidencyHandle{"m", "h", "\n"}), std::invalid_argument);
+  EXPECT_THROW(validate_handle(ResidencyHandle{"m", "", "T"}), std::invalid_argument);
+  EXPECT_THROW(validate_handle(ResidencyHandle{" \t\r\f\v", "h", "T"}), std::invalid_argument);
+  EXPECT_NO_THROW(validate_handle(ResidencyHandle{" m", "\th", "\xC3\xA9"}));  // leading blanks, a UTF-8 byte
   EXPECT_NO_THROW(validate_handle(a));
   EXPECT_EQ(manager.state_version(), version_before);
   ResidencySnapshot after = manager.snapshot();

@@ -33,10 +33,11 @@ std::shared_ptr<DeviceRuntime> runtime_or_default(std::shared_ptr<DeviceRuntime>
 ManagerCore::ManagerCore(ManagerOptions options)
     : manager_id_(new_manager_id()),
       runtime_(runtime_or_default(std::move(options.runtime))),
-      trace_capacity_(checked_trace_capacity(options.trace_capacity)),
       diagnostic_sink_(std::move(options.diagnostic_sink)),
       observer_(std::move(options.operation_observer)),
-      values_(manager_id_) {
+      values_(manager_id_),
+      trace_(checked_trace_capacity(options.trace_capacity)),
+      diagnostics_(diagnostics_capacity) {
   for (const auto& [location, budget] : options.budgets) {
     runtime_->check_location(location);
     if (budget < 0) {
@@ -83,8 +84,7 @@ void ManagerCore::diagnose_locked(std::string message) {
       // A failing sink must not turn a cleanup path into a failure.
     }
   }
-  if (diagnostics_.size() == diagnostics_capacity) diagnostics_.pop_front();
-  diagnostics_.push_back(std::move(message));
+  diagnostics_.push(std::move(message));
 }
 
 bool ManagerCore::register_location_locked(const ResidencyLocation& location) {
@@ -130,7 +130,7 @@ ResidencySnapshot ManagerCore::snapshot() {
 
 std::vector<ResidencyTransitionReport> ManagerCore::trace() {
   StateAccess access(*this);
-  return {trace_.begin(), trace_.end()};
+  return trace_.items();
 }
 
 void ManagerCore::clear_trace() {
@@ -160,7 +160,7 @@ void ManagerCore::observe(ObservedOperation operation) noexcept {
 
 std::vector<std::string> ManagerCore::diagnostics() {
   StateAccess access(*this);
-  return {diagnostics_.begin(), diagnostics_.end()};
+  return diagnostics_.items();
 }
 
 bool ManagerCore::closed() {

@@ -128,10 +128,7 @@ ResidencyTransitionReport ManagerCore::execute_action_locked(const ResidencyActi
       RecordAssembly::key(), action, decision.changes_nothing(), decision.source, decision.destination, record.spec.logical_nbytes,
       record.spec.storage_nbytes, started, clock_locked(), allocator_device, before.first, before.second, after.first,
       after.second, decision.no_op ? std::optional<std::string>(decision.no_op) : std::nullopt);
-  if (trace_capacity_ > 0) {
-    if (trace_.size() == trace_capacity_) trace_.pop_front();
-    trace_.push_back(report);
-  }
+  if (trace_.capacity() > 0) trace_.push(report);
   return report;
 }
 

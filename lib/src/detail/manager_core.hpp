@@ -15,7 +15,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <deque>
 #include <exception>
 #include <functional>
 #include <map>
@@ -28,6 +27,7 @@
 #include "detail/inline_vector.hpp"
 #include "detail/ledger.hpp"
 #include "detail/lifetime_records.hpp"
+#include "detail/ring.hpp"
 #include "detail/state_gate.hpp"
 #include "detail/token_table.hpp"
 #include "detail/transition_rules.hpp"
@@ -204,7 +204,6 @@ class ManagerCore {
 
   const std::string manager_id_;
   const std::shared_ptr<DeviceRuntime> runtime_;
-  const std::size_t trace_capacity_;
   const std::function<void(const std::string&)> diagnostic_sink_;
   const OperationObserver observer_;
   std::atomic<std::uint64_t> next_scope_id_{0};
@@ -223,8 +222,8 @@ class ManagerCore {
   TokenTable<LeaseRecord> leases_;
   TokenTable<HoldRecord> holds_;
   TokenTable<ReservationRecord> reservations_;
-  std::deque<ResidencyTransitionReport> trace_;
-  std::deque<std::string> diagnostics_;
+  Ring<ResidencyTransitionReport> trace_;
+  Ring<std::string> diagnostics_;
 };
 
 // Calls `f` on scope exit unless dismissed; used for release-on-every-path.

@@ -1,7 +1,6 @@
 #include "detail/value_table.hpp"
 
 #include <algorithm>
-#include <charconv>
 
 #include "detail/check.hpp"
 #include "fhelium/residency/errors.hpp"
@@ -48,17 +47,24 @@ void ValueTable::remove_last() {
 }
 
 ValueRecord* ValueTable::find(const ResidencyHandle& handle) {
-  if (handle.manager_id != manager_id_) return nullptr;
+  return handle.manager_id == manager_id_ ? find_issued_here(handle) : nullptr;
+}
+
+ValueRecord* ValueTable::find_issued_here(const ResidencyHandle& handle) {
+  // Handle ids are decimal serials (at most 19 digits: no overflow).
+  const std::string& id = handle.handle_id;
+  if (id.empty() || id.size() > 19) return nullptr;
   std::uint64_t serial = 0;
-  const char* begin = handle.handle_id.data();
-  const char* end = begin + handle.handle_id.size();
-  const auto [stop, error] = std::from_chars(begin, end, serial);
-  if (error != std::errc{} || stop != end || serial == 0 || serial > index_by_serial_.size()) return nullptr;
+  for (const char digit : id) {
+    if (digit < '0' || digit > '9') return nullptr;
+    serial = serial * 10 + static_cast<std::uint64_t>(digit - '0');
+  }
+  if (serial == 0 || serial > index_by_serial_.size()) return nullptr;
   const std::size_t slot = index_by_serial_[serial - 1];
   if (slot == 0) return nullptr;
   ValueRecord& record = record_at(slot - 1);
-  // The manager id matched above and the serial is the handle id's value.
-  const bool same = record.handle.handle_id == handle.handle_id && record.handle.value_type == handle.value_type;
+  // The serial is the handle id's value, but "01" is not "1".
+  const bool same = record.handle.handle_id == id && record.handle.value_type == handle.value_type;
   return same ? &record : nullptr;
 }
 
@@ -67,7 +73,7 @@ ValueRecord& ValueTable::lookup(const ResidencyHandle& handle) {
     throw ResidencyHandleError("handle '" + handle.handle_id + "' belongs to manager '" + handle.manager_id +
                                "', not '" + manager_id_ + "'");
   }
-  ValueRecord* record = find(handle);
+  ValueRecord* record = find_issued_here(handle);
   if (record == nullptr) {
     throw ResidencyHandleError("residency handle '" + handle.handle_id + "' (" + handle.value_type +
                                ") is unknown to manager '" + manager_id_ + "'");

@@ -88,6 +88,8 @@ class ValueTable {
   static constexpr std::size_t chunk_records = 256;
   using Chunk = std::vector<ValueRecord>;  // capacity chunk_records, never exceeded
 
+  // find() for a handle whose manager id is already known to be this table's.
+  ValueRecord* find_issued_here(const ResidencyHandle& handle);
   ValueRecord& record_at(std::size_t index) { return (*chunks_[index / chunk_records])[index % chunk_records]; }
 
   std::string manager_id_;

@@ -1,0 +1,53 @@
+// Ring: the last `capacity` items pushed, oldest first; the manager's trace of
+// transition reports and its diagnostics. Slots are allocated once, as the
+// ring first fills, and then overwritten in place: a full ring pushes without
+// allocating a node (a deque allocated and freed one per block of pushes).
+// Capacity 0 keeps nothing. Not synchronized: the manager's state gate guards it.
+#pragma once
+
+#include <cstddef>
+#include <utility>
+#include <vector>
+
+namespace fhelium::residency::detail {
+
+template <class T>
+class Ring {
+ public:
+  explicit Ring(std::size_t capacity) : capacity_(capacity) {}
+
+  std::size_t capacity() const noexcept { return capacity_; }
+  std::size_t size() const noexcept { return slots_.size(); }
+
+  void push(T item) {
+    if (capacity_ == 0) return;
+    if (slots_.size() < capacity_) {
+      if (slots_.size() == slots_.capacity()) slots_.reserve(std::min(capacity_, std::max<std::size_t>(16, 2 * slots_.size())));
+      slots_.push_back(std::move(item));
+      return;
+    }
+    slots_[oldest_] = std::move(item);
+    oldest_ = oldest_ + 1 == capacity_ ? 0 : oldest_ + 1;
+  }
+
+  // The items, oldest first.
+  std::vector<T> items() const {
+    std::vector<T> result;
+    result.reserve(slots_.size());
+    for (std::size_t index = oldest_; index < slots_.size(); ++index) result.push_back(slots_[index]);
+    for (std::size_t index = 0; index < oldest_; ++index) result.push_back(slots_[index]);
+    return result;
+  }
+
+  void clear() noexcept {
+    slots_.clear();
+    oldest_ = 0;
+  }
+
+ private:
+  std::size_t capacity_;
+  std::vector<T> slots_;
+  std::size_t oldest_ = 0;  // where the next push goes once full
+};
+
+}  // namespace fhelium::residency::detail
