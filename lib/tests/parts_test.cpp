@@ -17,6 +17,7 @@
 
 #include "detail/inline_vector.hpp"
 #include "detail/ledger.hpp"
+#include "detail/lifetime_table.hpp"
 #include "detail/ring.hpp"
 #include "detail/snapshot_assembly.hpp"
 #include "detail/state_gate.hpp"
@@ -25,6 +26,7 @@
 #include "detail/transition_rules.hpp"
 #include "detail/value_table.hpp"
 #include "fhelium/residency/errors.hpp"
+#include "fhelium/harness/simulated_runtime.hpp"
 
 namespace fhelium::residency::detail {
 namespace {
@@ -408,6 +410,110 @@ TEST(ValueTable, AValueRecordKeepsSeveralMaterializationsInInsertionOrder) {
   EXPECT_EQ(record.at(CUDA1), nullptr);
   EXPECT_EQ(record.materializations.front().location, PINNED_HOST);
   EXPECT_EQ(record.at(CUDA0)->value.field("data").item<std::int64_t>(), 3);
+}
+
+// Two values resident on cuda:0 (and the first also on pageable host).
+struct LifetimeFixture {
+  ValueTable values{"m"};
+  ValueRecord* first;
+  ValueRecord* second;
+  LifetimeTable table;
+  harness::SimulatedRuntime runtime{};
+
+  LifetimeFixture() {
+    first = &values.add(blob_spec(), nullptr, std::nullopt);
+    second = &values.add(blob_spec(), nullptr, std::nullopt);
+    const auto value = [] { return ResidentValue("Blob", {{"data", at::arange(1, at::TensorOptions().dtype(at::kLong))}}); };
+    for (ValueRecord* record : {first, second}) record->materializations.push_back(Materialization{CUDA0, value(), 8, {}});
+    first->materializations.push_back(Materialization{PAGEABLE_HOST, value(), 8, {}});
+  }
+  CoveredRecords both() const {
+    CoveredRecords records;
+    records.push_back(first);
+    records.push_back(second);
+    return records;
+  }
+  std::vector<std::int64_t> counts(const ValueRecord* record, const ResidencyLocation& at) const {
+    const Materialization* item = record->at(at);
+    return {item->use_count, item->hold_count, item->pending_count};
+  }
+};
+
+TEST(LifetimeTable, GrantsAndReleasesCountsInPairsWithOneTokenSequence) {
+  LifetimeFixture fixture;
+  LifetimeTable& table = fixture.table;
+  const std::uint64_t lease = table.grant_lease(fixture.both(), CUDA0, fixture.runtime.stream(0, 1));
+  const std::uint64_t hold = table.grant_hold(fixture.both(), CUDA0);
+  const std::uint64_t reservation = table.add_reservation(CUDA0, 64, "kv");
+  EXPECT_LT(lease, hold);
+  EXPECT_LT(hold, reservation);
+  EXPECT_EQ(fixture.counts(fixture.first, CUDA0), (std::vector<std::int64_t>{1, 1, 0}));
+  EXPECT_EQ(fixture.counts(fixture.first, PAGEABLE_HOST), (std::vector<std::int64_t>{0, 0, 0}));
+  EXPECT_EQ(table.active_lease_count(), 1u);
+  EXPECT_TRUE(table.release_hold(hold));
+  EXPECT_FALSE(table.release_hold(hold));  // released already: nothing to undo
+  EXPECT_EQ(fixture.counts(fixture.second, CUDA0), (std::vector<std::int64_t>{1, 0, 0}));
+  const auto released = table.release_reservation(reservation);
+  ASSERT_TRUE(released.has_value());
+  EXPECT_EQ(released->nbytes, 64);
+  EXPECT_EQ(released->label, "kv");
+  EXPECT_FALSE(table.release_reservation(reservation).has_value());
+  table.end_reads(lease, false);
+  EXPECT_EQ(table.active_lease(lease), nullptr);
+  EXPECT_TRUE(table.empty());
+  EXPECT_EQ(fixture.counts(fixture.first, CUDA0), (std::vector<std::int64_t>{0, 0, 0}));
+  // Tokens keep growing across clear().
+  const std::uint64_t later = table.grant_hold(fixture.both(), CUDA0);
+  table.clear();
+  EXPECT_GT(table.add_reservation(PAGEABLE_HOST, 1, "x"), later);
+}
+
+TEST(LifetimeTable, APendingLeaseProtectsUntilItsEventsCompleteAndIsReapedOnce) {
+  LifetimeFixture fixture;
+  LifetimeTable& table = fixture.table;
+  harness::SimulatedRuntime& runtime = fixture.runtime;
+  const c10::Stream stream = runtime.stream(0, 1);
+  const std::uint64_t lease = table.grant_lease(fixture.both(), CUDA0, stream);
+  runtime.enqueue(stream, 100);  // the consumer's kernel
+  table.end_reads(lease, true, {runtime.record_event(stream)});
+  EXPECT_EQ(fixture.counts(fixture.first, CUDA0), (std::vector<std::int64_t>{0, 0, 1}));
+  const Materialization& item = *fixture.first->at(CUDA0);
+  EXPECT_TRUE(table.still_protects(item, runtime));
+  EXPECT_EQ(table.reap(runtime), 0u);  // the event has not completed
+  runtime.advance(100);
+  EXPECT_FALSE(table.still_protects(item, runtime));  // it would end at the next reap
+  EXPECT_EQ(fixture.counts(fixture.first, CUDA0), (std::vector<std::int64_t>{0, 0, 1}));  // but has not yet
+  EXPECT_EQ(table.reap(runtime), 1u);
+  EXPECT_EQ(table.reap(runtime), 0u);
+  EXPECT_EQ(fixture.counts(fixture.second, CUDA0), (std::vector<std::int64_t>{0, 0, 0}));
+  EXPECT_TRUE(table.empty());
+}
+
+TEST(LifetimeTable, APendingLeaseWithoutEventsIsNeverReapedAndSynchronizingFinishesTheRest) {
+  LifetimeFixture fixture;
+  LifetimeTable& table = fixture.table;
+  harness::SimulatedRuntime& runtime = fixture.runtime;
+  const c10::Stream busy = runtime.stream(0, 1), idle = runtime.stream(0, 2);
+  // Recording failed and so did synchronizing: pending with no events.
+  const std::uint64_t unproven = table.grant_lease(fixture.both(), CUDA0, busy);
+  table.end_reads(unproven, true);
+  runtime.enqueue(idle, 10);
+  const std::uint64_t proven = table.grant_lease(fixture.both(), CUDA0, idle);
+  table.end_reads(proven, true, {runtime.record_event(idle)});
+  runtime.advance(1000);
+  EXPECT_EQ(table.reap(runtime), 1u);  // only the lease with a completed event
+  EXPECT_TRUE(table.still_protects(*fixture.first->at(CUDA0), runtime));
+  // Synchronizing waits on the streams of an event-less lease; one that never
+  // completes fails the wait and stays pending.
+  runtime.enqueue(busy, harness::SimulatedRuntime::never);
+  std::vector<std::string> failures;
+  EXPECT_EQ(table.synchronize_pending(runtime, [&](const LeaseRecord& lease, const std::exception& error) {
+    failures.push_back(lease.location.name() + ": " + error.what());
+  }), 0u);
+  ASSERT_EQ(failures.size(), 1u);
+  EXPECT_EQ(fixture.counts(fixture.first, CUDA0), (std::vector<std::int64_t>{0, 0, 1}));
+  EXPECT_EQ(table.active_lease_count(), 0u);
+  EXPECT_EQ(table.leases().size(), 1u);
 }
 
 TEST(Ring, KeepsTheLastItemsOldestFirstAndOverwritesSlotsInPlace) {

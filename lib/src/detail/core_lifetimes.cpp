@@ -1,6 +1,6 @@
-// Leases, holds and reservations: granting, releasing, pending completion
-// events and reaping. Counts are granted and released in pairs, and each
-// release checks the count it undoes.
+// The manager's lifetime calls: argument and state checks, then the lifetime
+// table (lifetime_table.hpp) grants or releases the counts, and the manager
+// charges the ledger, bumps the state version and writes diagnostics.
 #include <algorithm>
 #include <stdexcept>
 #include <unordered_set>
@@ -56,12 +56,7 @@ std::uint64_t ManagerCore::acquire(const std::vector<ResidencyHandle>& handles, 
   }
   reap_locked();  // before the stream check, as in the reference
   if (consumer_stream) runtime_->check_stream(at, *consumer_stream);
-  CoveredRecords records = resident_records_locked(handles, at);
-  for (ValueRecord* record : records) record->at(at)->use_count += 1;
-  const std::uint64_t token = next_token_++;
-  LeaseRecord lease{std::move(records), at, LeaseState::active, {}, {}};
-  if (consumer_stream) lease.streams.push_back(*consumer_stream);
-  leases_.emplace(token, std::move(lease));
+  const std::uint64_t token = lifetimes_.grant_lease(resident_records_locked(handles, at), at, consumer_stream);
   bump_locked();
   return token;
 }
@@ -71,10 +66,7 @@ std::uint64_t ManagerCore::hold(const std::vector<ResidencyHandle>& handles, con
   require_open_locked();
   runtime_->check_location(at);
   reap_locked();
-  CoveredRecords records = resident_records_locked(handles, at);
-  for (ValueRecord* record : records) record->at(at)->hold_count += 1;
-  const std::uint64_t token = next_token_++;
-  holds_.emplace(token, HoldRecord{std::move(records), at});
+  const std::uint64_t token = lifetimes_.grant_hold(resident_records_locked(handles, at), at);
   bump_locked();
   return token;
 }
@@ -96,18 +88,16 @@ std::uint64_t ManagerCore::reserve_locked(const ResidencyLocation& location, std
   runtime_->check_location(location);
   ledger_.check_admission(location, nbytes);
   register_location_locked(location);
-  const std::uint64_t token = next_token_++;
-  reservations_.emplace(token, ReservationRecord{location, nbytes, label});
+  const std::uint64_t token = lifetimes_.add_reservation(location, nbytes, label);
   ledger_.add_reserved(location, nbytes);
   bump_locked();
   return token;
 }
 
 void ManagerCore::release_reservation_locked(std::uint64_t token) {
-  const auto found = reservations_.find(token);
-  if (found == reservations_.end()) return;  // released already, or cleared by close
-  ledger_.remove_reserved(found->second.location, found->second.nbytes);
-  reservations_.erase(found);
+  const auto released = lifetimes_.release_reservation(token);
+  if (!released) return;  // released already, or cleared by close
+  ledger_.remove_reserved(released->location, released->nbytes);
   bump_locked();
 }
 
@@ -118,30 +108,18 @@ void ManagerCore::release_reservation(std::uint64_t token) {
 
 void ManagerCore::release_hold(std::uint64_t token) {
   StateAccess access(*this);
-  release_hold_locked(token);
-}
-
-void ManagerCore::release_hold_locked(std::uint64_t token) {
-  const auto found = holds_.find(token);
-  if (found == holds_.end()) return;
-  for (ValueRecord* record : found->second.records) {
-    Materialization* item = record->at(found->second.location);
-    FHELIUM_CHECK(item != nullptr && item->hold_count > 0, "hold released on an unheld materialization");
-    item->hold_count -= 1;
-  }
-  holds_.erase(found);
-  bump_locked();
+  if (lifetimes_.release_hold(token)) bump_locked();
 }
 
 ResidentValue ManagerCore::leased_value(std::uint64_t token, const ResidencyHandle& handle) {
   StateAccess access(*this);
-  const auto found = leases_.find(token);
-  if (closed_ || found == leases_.end() || found->second.state != LeaseState::active) {
+  const LeaseRecord* lease = closed_ ? nullptr : lifetimes_.active_lease(token);
+  if (lease == nullptr) {
     throw ResidencyLifetimeClosedError("borrowed residency values cannot be read after the lease was released");
   }
-  for (ValueRecord* record : found->second.records) {
+  for (ValueRecord* record : lease->records) {
     if (record->handle != handle) continue;
-    const Materialization* item = record->at(found->second.location);
+    const Materialization* item = record->at(lease->location);
     FHELIUM_CHECK(item != nullptr && item->use_count > 0, "leased materialization is not in use");
     return item->value;
   }
@@ -150,42 +128,18 @@ ResidentValue ManagerCore::leased_value(std::uint64_t token, const ResidencyHand
 
 void ManagerCore::add_consumer_stream(std::uint64_t token, const c10::Stream& stream) {
   StateAccess access(*this);
-  const auto found = leases_.find(token);
-  if (closed_ || found == leases_.end() || found->second.state != LeaseState::active) {
+  LeaseRecord* lease = closed_ ? nullptr : lifetimes_.active_lease(token);
+  if (lease == nullptr) {
     throw ResidencyLifetimeClosedError("consumer streams cannot be added after the lease was released");
   }
-  LeaseRecord& lease = found->second;
-  if (!lease.location.is_cuda()) {
-    throw std::invalid_argument("a lease at " + lease.location.name() + " does not use CUDA streams");
+  if (!lease->location.is_cuda()) {
+    throw std::invalid_argument("a lease at " + lease->location.name() + " does not use CUDA streams");
   }
-  runtime_->check_stream(lease.location, stream);
-  for (const auto& existing : lease.streams) {
+  runtime_->check_stream(lease->location, stream);
+  for (const auto& existing : lease->streams) {
     if (existing == stream) return;
   }
-  lease.streams.push_back(stream);
-}
-
-void ManagerCore::end_use_locked(LeaseRecord& lease, bool to_pending) {
-  for (ValueRecord* record : lease.records) {
-    Materialization* item = record->at(lease.location);
-    FHELIUM_CHECK(item != nullptr && item->use_count > 0, "lease released on an unused materialization");
-    item->use_count -= 1;
-    if (to_pending) item->pending_count += 1;
-  }
-  if (to_pending) lease.state = LeaseState::pending;
-  bump_locked();
-}
-
-void ManagerCore::finish_pending_locked(std::uint64_t token) {
-  const auto found = leases_.find(token);
-  FHELIUM_CHECK(found != leases_.end() && found->second.state == LeaseState::pending, "finishing a non-pending lease");
-  for (ValueRecord* record : found->second.records) {
-    Materialization* item = record->at(found->second.location);
-    FHELIUM_CHECK(item != nullptr && item->pending_count > 0, "pending protection released twice");
-    item->pending_count -= 1;
-  }
-  leases_.erase(found);
-  bump_locked();
+  lease->streams.push_back(stream);
 }
 
 void ManagerCore::release_lease(std::uint64_t token, bool wait) {
@@ -194,90 +148,61 @@ void ManagerCore::release_lease(std::uint64_t token, bool wait) {
 }
 
 void ManagerCore::release_lease_locked(std::uint64_t token, bool wait) {
-  const auto found = leases_.find(token);
-  if (found == leases_.end() || found->second.state != LeaseState::active) return;
-  LeaseRecord& lease = found->second;
-  if (!lease.location.is_cuda() || lease.streams.empty()) {
+  const LeaseRecord* lease = lifetimes_.active_lease(token);
+  if (lease == nullptr) return;
+  if (!lease->location.is_cuda() || lease->streams.empty()) {
     // Host reads are complete when the borrower says so.
-    end_use_locked(lease, false);
-    leases_.erase(found);
+    lifetimes_.end_reads(token, false);
+    bump_locked();
     return;
   }
+  const std::string where = lease->location.name();
   std::vector<std::shared_ptr<CompletionEvent>> events;
   try {
-    for (const auto& stream : lease.streams) events.push_back(runtime_->record_event(stream));
+    for (const auto& stream : lease->streams) events.push_back(runtime_->record_event(stream));
   } catch (const std::exception& record_error) {
     // Without events there is no proof of completion: wait for the streams instead.
     try {
-      for (const auto& stream : lease.streams) runtime_->synchronize_stream(stream);
+      for (const auto& stream : lease->streams) runtime_->synchronize_stream(stream);
     } catch (const std::exception& sync_error) {
-      end_use_locked(lease, true);
-      diagnose_locked("lease at " + lease.location.name() + ": event recording failed (" + record_error.what() +
+      lifetimes_.end_reads(token, true);
+      bump_locked();
+      diagnose_locked("lease at " + where + ": event recording failed (" + record_error.what() +
                       ") and stream synchronization failed (" + sync_error.what() +
                       "); its materializations stay protected until a forced close");
       return;
     }
-    const std::string where = lease.location.name();
-    end_use_locked(lease, false);
-    leases_.erase(found);
+    lifetimes_.end_reads(token, false);
+    bump_locked();
     diagnose_locked("lease at " + where + ": event recording failed (" + record_error.what() +
                     "); released after synchronizing its consumer streams");
     return;
   }
-  lease.events = std::move(events);
-  end_use_locked(lease, true);
+  lifetimes_.end_reads(token, true, std::move(events));
+  bump_locked();
   if (!wait) return;
-  for (const auto& event : lease.events) runtime_->synchronize_event(*event);  // on failure: stays pending
-  finish_pending_locked(token);
+  for (const auto& event : lifetimes_.leases().find(token)->second.events) {
+    runtime_->synchronize_event(*event);  // on failure: stays pending
+  }
+  lifetimes_.finish_pending(token);
+  bump_locked();
 }
 
-bool ManagerCore::events_complete_locked(const LeaseRecord& lease) {
-  if (lease.events.empty()) return false;  // unproven: never released by observation
-  try {
-    for (const auto& event : lease.events) {
-      if (!runtime_->query_event(*event)) return false;
-    }
-  } catch (...) {
-    return false;  // a failed query proves nothing; keep the protection
-  }
-  return true;
-}
-
-void ManagerCore::reap_locked() {
-  for (auto it = leases_.begin(); it != leases_.end();) {
-    const std::uint64_t token = it->first;
-    const bool done = it->second.state == LeaseState::pending && events_complete_locked(it->second);
-    ++it;
-    if (done) finish_pending_locked(token);
-  }
-}
+void ManagerCore::reap_locked() { state_version_ += lifetimes_.reap(*runtime_); }
 
 void ManagerCore::synchronize_pending_locked() {
-  for (auto it = leases_.begin(); it != leases_.end();) {
-    const std::uint64_t token = it->first;
-    LeaseRecord& lease = it->second;
-    ++it;
-    if (lease.state != LeaseState::pending) continue;
-    try {
-      if (lease.events.empty()) {
-        for (const auto& stream : lease.streams) runtime_->synchronize_stream(stream);
-      } else {
-        for (const auto& event : lease.events) runtime_->synchronize_event(*event);
-      }
-    } catch (const std::exception& error) {
-      diagnose_locked("pending lease at " + lease.location.name() + " could not be synchronized: " + error.what());
-      continue;
-    }
-    finish_pending_locked(token);
-  }
+  state_version_ += lifetimes_.synchronize_pending(*runtime_, [this](const LeaseRecord& lease,
+                                                                     const std::exception& error) {
+    diagnose_locked("pending lease at " + lease.location.name() + " could not be synchronized: " + error.what());
+  });
 }
 
 void ManagerCore::abandon_lease(std::uint64_t token) noexcept {
   try {
     StateAccess access(*this);
-    const auto found = leases_.find(token);
-    if (found == leases_.end() || found->second.state != LeaseState::active) return;
-    const std::string where = found->second.location.name();
+    const LeaseRecord* lease = lifetimes_.active_lease(token);
+    if (lease == nullptr) return;
+    const std::string where = lease->location.name();
     try {
       release_lease_locked(token, true);
       diagnose_locked("an active lease at " + where + " was abandoned; released after waiting for its consumer streams");
@@ -293,10 +218,10 @@ void ManagerCore::abandon_lease(std::uint64_t token) noexcept {
 void ManagerCore::abandon_hold(std::uint64_t token) noexcept {
   try {
     StateAccess access(*this);
-    const auto found = holds_.find(token);
-    if (found == holds_.end()) return;
-    diagnose_locked("an active hold at " + found->second.location.name() + " was abandoned; released");
-    release_hold_locked(token);
+    const HoldRecord* hold = lifetimes_.hold(token);
+    if (hold == nullptr) return;
+    diagnose_locked("an active hold at " + hold->location.name() + " was abandoned; released");
+    if (lifetimes_.release_hold(token)) bump_locked();
   } catch (...) {
   }
 }
@@ -304,9 +229,9 @@ void ManagerCore::abandon_hold(std::uint64_t token) noexcept {
 void ManagerCore::abandon_reservation(std::uint64_t token) noexcept {
   try {
     StateAccess access(*this);
-    const auto found = reservations_.find(token);
-    if (found == reservations_.end()) return;
-    diagnose_locked("an active reservation '" + found->second.label + "' was abandoned; released");
+    const ReservationRecord* reservation = lifetimes_.reservation(token);
+    if (reservation == nullptr) return;
+    diagnose_locked("an active reservation '" + reservation->label + "' was abandoned; released");
     release_reservation_locked(token);
   } catch (...) {
   }

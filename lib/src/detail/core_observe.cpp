@@ -123,7 +123,7 @@ ResidencySnapshot ManagerCore::snapshot() {
   StateAccess access(*this);
   require_open_locked();
   reap_locked();
-  return assemble_snapshot({manager_id_, state_version_, values_, ledger_, reservations_},
+  return assemble_snapshot({manager_id_, state_version_, values_, ledger_, lifetimes_.reservations()},
                            [this](const c10::Device& device) { return sample_allocator_locked(device); },
                            [this] { return clock_locked(); });
 }
@@ -176,18 +176,17 @@ void ManagerCore::close(bool wait, bool force) {
   } else {
     reap_locked();
   }
-  std::size_t active = 0;
-  for (const auto& [token, lease] : leases_) active += lease.state == LeaseState::active ? 1 : 0;
-  if (!force && (!leases_.empty() || !holds_.empty() || !reservations_.empty())) {
+  const std::size_t leases = lifetimes_.leases().size(), active = lifetimes_.active_lease_count();
+  const std::size_t holds = lifetimes_.holds().size(), reservations = lifetimes_.reservations().size();
+  if (!force && !lifetimes_.empty()) {
     throw ResidencyInUseError("residency manager '" + manager_id_ +
                               "' cannot close with active or pending lifetimes: active_leases=" +
-                              std::to_string(active) + ", pending_leases=" + std::to_string(leases_.size() - active) +
-                              ", holds=" + std::to_string(holds_.size()) +
-                              ", reservations=" + std::to_string(reservations_.size()));
+                              std::to_string(active) + ", pending_leases=" + std::to_string(leases - active) +
+                              ", holds=" + std::to_string(holds) + ", reservations=" + std::to_string(reservations));
   }
   if (force) {
     // Best effort: let consumer work finish before storage is returned.
-    for (const auto& [token, lease] : leases_) {
+    for (const auto& [token, lease] : lifetimes_.leases()) {
       for (const auto& stream : lease.streams) {
         try {
           runtime_->synchronize_stream(stream);
@@ -197,15 +196,12 @@ void ManagerCore::close(bool wait, bool force) {
         }
       }
     }
-    if (!leases_.empty() || !holds_.empty() || !reservations_.empty()) {
-      diagnose_locked("forced close cleared " + std::to_string(leases_.size()) + " lease(s), " +
-                      std::to_string(holds_.size()) + " hold(s) and " + std::to_string(reservations_.size()) +
-                      " reservation(s)");
+    if (!lifetimes_.empty()) {
+      diagnose_locked("forced close cleared " + std::to_string(leases) + " lease(s), " + std::to_string(holds) +
+                      " hold(s) and " + std::to_string(reservations) + " reservation(s)");
     }
   }
-  leases_.clear();
-  holds_.clear();
-  reservations_.clear();
+  lifetimes_.clear();
   values_.clear();
   ledger_.clear_charges();
   closed_ = true;

@@ -3,8 +3,9 @@
 // The core composes its parts, each with one job and its own unit tests
 // (lib/tests/parts_test.cpp): the state gate (state_gate.hpp), the location
 // ledger (ledger.hpp), the value table with its storage-ownership index
-// (value_table.hpp, storage_index.hpp), the lifetime tables (token_table.hpp,
-// lifetime_records.hpp), the transition rules (transition_rules.hpp), which
+// (value_table.hpp, storage_index.hpp), the lifetime table (lifetime_table.hpp:
+// leases, holds, reservations, pending events and reaping), the trace and
+// diagnostics rings (ring.hpp), the transition rules (transition_rules.hpp), which
 // decide what an action does to a value once, for execution and for explain
 // alike, and snapshot assembly (snapshot_assembly.hpp). The core
 // implements each public operation over them; its methods are split over
@@ -27,6 +28,7 @@
 #include "detail/inline_vector.hpp"
 #include "detail/ledger.hpp"
 #include "detail/lifetime_records.hpp"
+#include "detail/lifetime_table.hpp"
 #include "detail/ring.hpp"
 #include "detail/state_gate.hpp"
 #include "detail/token_table.hpp"
@@ -187,18 +189,13 @@ class ManagerCore {
   ResidencyPlanExplanation explain_locked(const std::string& name, const std::vector<const ResidencyAction*>& actions,
                                           const std::vector<MemoryReservation>& reservations,
                                           std::size_t reservations_after);
-  bool simulated_protected_locked(const Materialization& item);
 
   // Lifetimes (core_lifetimes.cpp).
   CoveredRecords resident_records_locked(const std::vector<ResidencyHandle>& handles,
                                                     const ResidencyLocation& at);
   std::uint64_t reserve_locked(const ResidencyLocation& location, std::int64_t nbytes, const std::string& label);
   void release_reservation_locked(std::uint64_t token);
-  void release_hold_locked(std::uint64_t token);
   void release_lease_locked(std::uint64_t token, bool wait);
-  void end_use_locked(LeaseRecord& lease, bool to_pending);
-  void finish_pending_locked(std::uint64_t token);
-  bool events_complete_locked(const LeaseRecord& lease);
   void reap_locked();
   void synchronize_pending_locked();
 
@@ -217,11 +214,8 @@ class ManagerCore {
   std::int64_t last_clock_ns_ = 0;
   LocationLedger ledger_;
   ValueTable values_;
-  std::uint64_t next_token_ = 1;
   std::uint64_t dry_runs_ = 0;  // explain runs so far; numbers each run's shadow
-  TokenTable<LeaseRecord> leases_;
-  TokenTable<HoldRecord> holds_;
-  TokenTable<ReservationRecord> reservations_;
+  LifetimeTable lifetimes_;
   Ring<ResidencyTransitionReport> trace_;
   Ring<std::string> diagnostics_;
 };

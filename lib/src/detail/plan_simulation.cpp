@@ -134,25 +134,12 @@ void erase(ShadowLocations& locations, const ResidencyLocation& location) {
 
 }  // namespace
 
-bool ManagerCore::simulated_protected_locked(const Materialization& item) {
-  if (item.use_count > 0 || item.hold_count > 0) return true;
-  if (item.pending_count == 0) return false;
-  // Pending protection ends only when every covering lease's events are complete.
-  for (const auto& [token, lease] : leases_) {
-    if (lease.state != LeaseState::pending || lease.location != item.location) continue;
-    for (const ValueRecord* record : lease.records) {
-      if (record->at(item.location) == &item && !events_complete_locked(lease)) return true;
-    }
-  }
-  return false;
-}
-
 std::optional<std::string> ManagerCore::dry_run_locked(const std::vector<const ResidencyAction*>& actions,
                                                        const std::vector<MemoryReservation>& reservations,
                                                        std::size_t reservations_after, DryRunRecords* records) {
   Shadow shadow(ledger_, *runtime_, ++dry_runs_);
   const ShadowView::Protection protection = [this](const Materialization& item) {
-    return simulated_protected_locked(item);
+    return lifetimes_.still_protects(item, *runtime_);
   };
 
   const auto admit_reservations = [&]() -> std::optional<std::string> {

@@ -1,0 +1,182 @@
+#include "detail/lifetime_table.hpp"
+
+#include "detail/check.hpp"
+
+namespace fhelium::residency::detail {
+
+namespace {
+
+Materialization& covered(ValueRecord* record, const ResidencyLocation& location) {
+  Materialization* item = record->at(location);
+  FHELIUM_CHECK(item != nullptr, "a lifetime covers a materialization that does not exist");
+  return *item;
+}
+
+}  // namespace
+
+std::uint64_t LifetimeTable::grant_lease(CoveredRecords records, const ResidencyLocation& at,
+                                         const std::optional<c10::Stream>& consumer_stream) {
+  for (ValueRecord* record : records) covered(record, at).use_count += 1;
+  const std::uint64_t token = next_token_++;
+  LeaseRecord lease{std::move(records), at, LeaseState::active, {}, {}};
+  if (consumer_stream) lease.streams.push_back(*consumer_stream);
+  leases_.emplace(token, std::move(lease));
+  return token;
+}
+
+std::uint64_t LifetimeTable::grant_hold(CoveredRecords records, const ResidencyLocation& at) {
+  for (ValueRecord* record : records) covered(record, at).hold_count += 1;
+  const std::uint64_t token = next_token_++;
+  holds_.emplace(token, HoldRecord{std::move(records), at});
+  return token;
+}
+
+std::uint64_t LifetimeTable::add_reservation(const ResidencyLocation& location, std::int64_t nbytes,
+                                             const std::string& label) {
+  const std::uint64_t token = next_token_++;
+  reservations_.emplace(token, ReservationRecord{location, nbytes, label});
+  return token;
+}
+
+LeaseRecord* LifetimeTable::active_lease(std::uint64_t token) {
+  const auto found = leases_.find(token);
+  if (found == leases_.end() || found->second.state != LeaseState::active) return nullptr;
+  return &found->second;
+}
+
+const HoldRecord* LifetimeTable::hold(std::uint64_t token) const {
+  const auto found = holds_.find(token);
+  return found == holds_.end() ? nullptr : &found->second;
+}
+
+const ReservationRecord* LifetimeTable::reservation(std::uint64_t token) const {
+  const auto found = reservations_.find(token);
+  return found == reservations_.end() ? nullptr : &found->second;
+}
+
+void LifetimeTable::end_reads(std::uint64_t token, bool pending, std::vector<std::shared_ptr<CompletionEvent>> events) {
+  const auto found = leases_.find(token);
+  FHELIUM_CHECK(found != leases_.end() && found->second.state == LeaseState::active, "ending a lease that is not active");
+  LeaseRecord& lease = found->second;
+  FHELIUM_CHECK(pending || events.empty(), "a lease ended at once has no events to wait for");
+  for (ValueRecord* record : lease.records) {
+    Materialization& item = covered(record, lease.location);
+    FHELIUM_CHECK(item.use_count > 0, "lease released on an unused materialization");
+    item.use_count -= 1;
+    if (pending) item.pending_count += 1;
+  }
+  if (!pending) {
+    leases_.erase(found);
+    return;
+  }
+  lease.state = LeaseState::pending;
+  lease.events = std::move(events);
+}
+
+void LifetimeTable::finish_pending(std::uint64_t token) {
+  const auto found = leases_.find(token);
+  FHELIUM_CHECK(found != leases_.end() && found->second.state == LeaseState::pending, "finishing a non-pending lease");
+  for (ValueRecord* record : found->second.records) {
+    Materialization& item = covered(record, found->second.location);
+    FHELIUM_CHECK(item.pending_count > 0, "pending protection released twice");
+    item.pending_count -= 1;
+  }
+  leases_.erase(found);
+}
+
+bool LifetimeTable::release_hold(std::uint64_t token) {
+  const auto found = holds_.find(token);
+  if (found == holds_.end()) return false;
+  for (ValueRecord* record : found->second.records) {
+    Materialization& item = covered(record, found->second.location);
+    FHELIUM_CHECK(item.hold_count > 0, "hold released on an unheld materialization");
+    item.hold_count -= 1;
+  }
+  holds_.erase(found);
+  return true;
+}
+
+std::optional<ReservationRecord> LifetimeTable::release_reservation(std::uint64_t token) {
+  const auto found = reservations_.find(token);
+  if (found == reservations_.end()) return std::nullopt;
+  ReservationRecord released = std::move(found->second);
+  reservations_.erase(found);
+  return released;
+}
+
+bool LifetimeTable::events_complete(const LeaseRecord& lease, DeviceRuntime& runtime) {
+  if (lease.events.empty()) return false;  // unproven: never released by observation
+  try {
+    for (const auto& event : lease.events) {
+      if (!runtime.query_event(*event)) return false;
+    }
+  } catch (...) {
+    return false;  // a failed query proves nothing; keep the protection
+  }
+  return true;
+}
+
+std::size_t LifetimeTable::reap(DeviceRuntime& runtime) {
+  std::size_t finished = 0;
+  for (auto it = leases_.begin(); it != leases_.end();) {
+    const std::uint64_t token = it->first;
+    const bool done = it->second.state == LeaseState::pending && events_complete(it->second, runtime);
+    ++it;  // finishing erases the entry; the iterator has moved past it
+    if (done) {
+      finish_pending(token);
+      ++finished;
+    }
+  }
+  return finished;
+}
+
+std::size_t LifetimeTable::synchronize_pending(
+    DeviceRuntime& runtime, const std::function<void(const LeaseRecord&, const std::exception&)>& failed) {
+  std::size_t finished = 0;
+  for (auto it = leases_.begin(); it != leases_.end();) {
+    const std::uint64_t token = it->first;
+    const LeaseRecord& lease = it->second;
+    ++it;
+    if (lease.state != LeaseState::pending) continue;
+    try {
+      if (lease.events.empty()) {
+        for (const auto& stream : lease.streams) runtime.synchronize_stream(stream);
+      } else {
+        for (const auto& event : lease.events) runtime.synchronize_event(*event);
+      }
+    } catch (const std::exception& error) {
+      failed(lease, error);
+      continue;
+    }
+    finish_pending(token);
+    ++finished;
+  }
+  return finished;
+}
+
+bool LifetimeTable::still_protects(const Materialization& item, DeviceRuntime& runtime) const {
+  if (item.use_count > 0 || item.hold_count > 0) return true;
+  if (item.pending_count == 0) return false;
+  // Pending protection ends only when every covering lease's events are complete.
+  for (const auto& [token, lease] : leases_) {
+    if (lease.state != LeaseState::pending || lease.location != item.location) continue;
+    for (const ValueRecord* record : lease.records) {
+      if (record->at(item.location) == &item && !events_complete(lease, runtime)) return true;
+    }
+  }
+  return false;
+}
+
+std::size_t LifetimeTable::active_lease_count() const {
+  std::size_t active = 0;
+  for (const auto& [token, lease] : leases_) active += lease.state == LeaseState::active ? 1 : 0;
+  return active;
+}
+
+void LifetimeTable::clear() {
+  leases_.clear();
+  holds_.clear();
+  reservations_.clear();
+}
+
+}  // namespace fhelium::residency::detail
