@@ -63,7 +63,7 @@ FakeView view(ReplicaMode mode, bool with_source, std::vector<ResidencyLocation>
   ValueRecord record{ResidencyHandle{"m", "1", "T"},
                      ResidencyValueSpec("T", 64, 64, mode,
                                         with_source ? Recoverability::reconstructible : Recoverability::must_preserve),
-                     nullptr, std::nullopt, {}, false, 0, {}};
+                     nullptr, std::nullopt, false, {}, 0, {}};
   if (with_source) {
     record.source = make_source([]() -> ResidentValue { throw std::logic_error("the rules never load"); });
     record.source_location = PINNED_HOST;
@@ -562,8 +562,11 @@ struct AssemblyFixture {
     const auto tensor = [] { return ResidentValue("Blob", {{"data", at::arange(4, at::TensorOptions().dtype(at::kLong))}}); };
     ValueRecord& first = values.add(ResidencyValueSpec("Blob", 32, 48, ReplicaMode::replicable,
                                                        Recoverability::must_preserve), nullptr, std::nullopt);
-    first.materializations.push_back(Materialization{PAGEABLE_HOST, tensor(), 32, {}, 0, 1, 0});
-    first.materializations.push_back(Materialization{CUDA0, tensor(), 40, {}, 2, 0, 1});
+    first.materializations.push_back(Materialization{PAGEABLE_HOST, tensor(), 32, {}});
+    first.materializations.push_back(Materialization{CUDA0, tensor(), 40, {}});
+    first.materializations.front().hold_count = 1;
+    first.materializations.back().use_count = 2;
+    first.materializations.back().pending_count = 1;
     ledger.add_used(PAGEABLE_HOST, 48);
     ledger.add_used(CUDA0, 48);
     values.add(ResidencyValueSpec("Blob", 16, 16, ReplicaMode::replicable, Recoverability::reconstructible),

@@ -115,10 +115,12 @@ class InlineVector {
     other.clear();
   }
 
-  alignas(T) unsigned char inline_[N * sizeof(T)];
+  // The bookkeeping first: a reader reaches data_ and size_ on the same cache
+  // line as whatever precedes the vector, then the first element.
   T* data_ = inline_data();
   std::size_t size_ = 0;
   std::size_t capacity_ = N;
+  alignas(T) unsigned char inline_[N * sizeof(T)];
 };
 
 }  // namespace fhelium::residency::detail

@@ -22,14 +22,24 @@
 
 namespace fhelium::residency::detail {
 
+// Field order matters for speed: what snapshots and the transition rules read
+// (location, byte and protection counts) comes first, the tensors and storage
+// keys last, so a record's hot fields share as few cache lines as possible.
 struct Materialization {
   ResidencyLocation location;
-  ResidentValue value;
   std::int64_t storage_nbytes = 0;  // actual unique backing storage
-  std::vector<StorageKey> storage_keys;
   std::int64_t use_count = 0;
   std::int64_t hold_count = 0;
   std::int64_t pending_count = 0;
+  ResidentValue value;
+  std::vector<StorageKey> storage_keys;
+
+  Materialization(ResidencyLocation location, ResidentValue value, std::int64_t storage_nbytes,
+                  std::vector<StorageKey> storage_keys)
+      : location(location),
+        storage_nbytes(storage_nbytes),
+        value(std::move(value)),
+        storage_keys(std::move(storage_keys)) {}
 
   bool is_protected() const { return use_count > 0 || hold_count > 0 || pending_count > 0; }
 };
@@ -39,8 +49,8 @@ struct ValueRecord {
   ResidencyValueSpec spec;
   std::shared_ptr<ResidencySource> source;
   std::optional<ResidencyLocation> source_location;
-  InlineVector<Materialization, 1> materializations;  // insertion order
   bool discarded = false;
+  InlineVector<Materialization, 1> materializations;  // insertion order
   // Scratch of the dry run (explain) in progress, under the state lock:
   // where its plan has left this value so far. Valid only while
   // `shadow_run` is that run's number, so no run has to clear it.
