@@ -18,23 +18,22 @@ std::uint64_t LifetimeTable::grant_lease(CoveredRecords records, const Residency
                                          const std::optional<c10::Stream>& consumer_stream) {
   for (ValueRecord* record : records) covered(record, at).use_count += 1;
   const std::uint64_t token = next_token_++;
-  LeaseRecord lease{std::move(records), at, LeaseState::active, {}, {}};
+  LeaseRecord& lease = leases_.emplace(token, std::move(records), at);
   if (consumer_stream) lease.streams.push_back(*consumer_stream);
-  leases_.emplace(token, std::move(lease));
   return token;
 }
 
 std::uint64_t LifetimeTable::grant_hold(CoveredRecords records, const ResidencyLocation& at) {
   for (ValueRecord* record : records) covered(record, at).hold_count += 1;
   const std::uint64_t token = next_token_++;
-  holds_.emplace(token, HoldRecord{std::move(records), at});
+  holds_.emplace(token, std::move(records), at);
   return token;
 }
 
 std::uint64_t LifetimeTable::add_reservation(const ResidencyLocation& location, std::int64_t nbytes,
                                              const std::string& label) {
   const std::uint64_t token = next_token_++;
-  reservations_.emplace(token, ReservationRecord{location, nbytes, label});
+  reservations_.emplace(token, location, nbytes, label);
   return token;
 }
 

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -59,16 +60,19 @@ class TokenTable {
   std::size_t size() const noexcept { return live_; }
   bool empty() const noexcept { return live_ == 0; }
 
-  // `token` must be greater than every token inserted before, even erased
-  // or cleared ones.
-  void emplace(std::uint64_t token, T value) {
+  // Builds the entry of `token` in place from `args` and returns it. `token`
+  // must be greater than every token inserted before, even erased or cleared ones.
+  template <class... Args>
+  T& emplace(std::uint64_t token, Args&&... args) {
     FHELIUM_CHECK(token > last_token_, "lifetime tokens out of order");
     if (items_.size() - live_ > std::max<std::size_t>(live_, 16)) sweep();
     if (tokens_.size() == tokens_.capacity()) tokens_.reserve(std::max<std::size_t>(8, tokens_.size() * 2));
-    items_.emplace_back(std::in_place, token, std::move(value));
+    std::optional<Entry>& entry = items_.emplace_back(std::in_place, std::piecewise_construct, std::forward_as_tuple(token),
+                                                      std::forward_as_tuple(std::forward<Args>(args)...));
     tokens_.push_back(token);
     last_token_ = token;
     ++live_;
+    return entry->second;
   }
 
   iterator find(std::uint64_t token) { return {this, locate(token)}; }
