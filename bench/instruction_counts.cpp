@@ -10,7 +10,6 @@
 // workloads (a smoke test that they still run). With --profile it leaves
 // collection alone, for a profile of one function through callgrind's own
 // --toggle-collect.
-#include <ATen/ops/arange.h>
 #include <valgrind/callgrind.h>
 
 #include <cstdio>
@@ -20,32 +19,13 @@
 #include <vector>
 
 #include "fhelium/residency.hpp"
+#include "torch_workload.hpp"
 
 namespace {
 
 using namespace fhelium::residency;
 
-constexpr std::int64_t batch = 1000;
-constexpr std::int64_t elements = 512;  // 4 KiB of int64
-
-at::Tensor template_tensor() { return at::arange(elements, at::TensorOptions().dtype(at::kLong)); }
-
-ResidentValue tensor_value(const at::Tensor& tensor) { return ResidentValue("Blob", {{"data", tensor}}); }
-
-std::unique_ptr<ResidencyManager> fresh_manager() {
-  ManagerOptions options;
-  options.trace_capacity = 0;
-  return std::make_unique<ResidencyManager>(std::move(options));
-}
-
-ResidencyValueSpec source_spec() {
-  return ResidencyValueSpec("Blob", elements * 8, elements * 8, ReplicaMode::replicable,
-                            Recoverability::reconstructible);
-}
-
-std::shared_ptr<ResidencySource> clone_source(const at::Tensor& original) {
-  return make_source([original] { return tensor_value(original.clone()); });
-}
+using namespace fhelium::bench::torch_workload;
 
 // Counts the instructions of `measured` alone and dumps them under `name`,
 // with the number of operations it ran, for tools/instruction-counts.sh.

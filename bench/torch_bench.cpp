@@ -11,33 +11,14 @@
 #include <memory>
 
 #include "fhelium/residency.hpp"
+#include "torch_workload.hpp"
 
 namespace fhelium::bench {
 namespace {
 
 using namespace residency;
 
-constexpr std::int64_t batch = 1000;
-constexpr std::int64_t elements = 512;  // 4 KiB of int64
-
-at::Tensor template_tensor() { return at::arange(elements, at::TensorOptions().dtype(at::kLong)); }
-
-ResidentValue tensor_value(const at::Tensor& tensor) { return ResidentValue("Blob", {{"data", tensor}}); }
-
-std::unique_ptr<ResidencyManager> fresh_manager() {
-  ManagerOptions options;
-  options.trace_capacity = 0;
-  return std::make_unique<ResidencyManager>(std::move(options));  // the default TorchRuntime
-}
-
-ResidencyValueSpec source_spec() {
-  return ResidencyValueSpec("Blob", elements * 8, elements * 8, ReplicaMode::replicable,
-                            Recoverability::reconstructible);
-}
-
-std::shared_ptr<ResidencySource> clone_source(const at::Tensor& original) {
-  return make_source([original] { return tensor_value(original.clone()); });
-}
+using namespace torch_workload;
 
 std::vector<ResidencyHandle> adopt_values(ResidencyManager& manager, std::int64_t count) {
   const at::Tensor original = template_tensor();

@@ -162,7 +162,7 @@ std::optional<std::string> ManagerCore::dry_run_locked(const std::vector<const R
       return {false, false, std::nullopt, std::nullopt, 0, 0, error.what()};
     }
     const ValueRecord& record = *record_pointer;
-    if (shadow.discarded.count(&record) != 0) {
+    if (!shadow.discarded.empty() && shadow.discarded.count(&record) != 0) {
       // Discarded earlier in this plan: reported like an unknown handle, with
       // no bytes, source or destination (the reference's failed explanation).
       return {false, false, std::nullopt, std::nullopt, 0, 0,

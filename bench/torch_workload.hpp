@@ -1,0 +1,41 @@
+// The end-to-end workload shared by torch_bench.cpp (wall time) and
+// instruction_counts.cpp (instructions): the default TorchRuntime at pageable
+// host, values of one 4 KiB int64 tensor, sources whose load() clones a
+// 4 KiB template, batches of 1000 operations.
+#pragma once
+
+#include <ATen/ops/arange.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "fhelium/residency.hpp"
+
+namespace fhelium::bench::torch_workload {
+
+using namespace residency;
+
+inline constexpr std::int64_t batch = 1000;
+inline constexpr std::int64_t elements = 512;  // 4 KiB of int64
+
+inline at::Tensor template_tensor() { return at::arange(elements, at::TensorOptions().dtype(at::kLong)); }
+
+inline ResidentValue tensor_value(const at::Tensor& tensor) { return ResidentValue("Blob", {{"data", tensor}}); }
+
+// A manager on the default TorchRuntime, without a trace.
+inline std::unique_ptr<ResidencyManager> fresh_manager() {
+  ManagerOptions options;
+  options.trace_capacity = 0;
+  return std::make_unique<ResidencyManager>(std::move(options));
+}
+
+inline ResidencyValueSpec source_spec() {
+  return ResidencyValueSpec("Blob", elements * 8, elements * 8, ReplicaMode::replicable,
+                            Recoverability::reconstructible);
+}
+
+inline std::shared_ptr<ResidencySource> clone_source(const at::Tensor& original) {
+  return make_source([original] { return tensor_value(original.clone()); });
+}
+
+}  // namespace fhelium::bench::torch_workload
