@@ -350,6 +350,8 @@ TEST(InlineVector, KeepsOrderAcrossTheSpillAndErase) {
   EXPECT_EQ(taken.front(), std::string(40, 'x'));
   taken = std::move(moved);
   EXPECT_EQ(taken.size(), 3u);
+  EXPECT_EQ(taken.emplace_back(5, 'd'), "ddddd");  // built in place from the arguments
+  EXPECT_EQ(std::vector<std::string>(taken.begin(), taken.end()), (std::vector<std::string>{"a", "c", "a", "ddddd"}));
   taken.clear();
   EXPECT_TRUE(taken.empty());
 }

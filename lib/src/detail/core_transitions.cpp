@@ -216,7 +216,7 @@ void ManagerCore::install_locked(ValueRecord& record, const ResidencyLocation& l
   register_location_locked(location);
   values_.claim(keys, record, location);
   const std::int64_t storage = value.storage_nbytes();
-  record.materializations.push_back(Materialization{location, std::move(value), storage, std::move(keys)});
+  record.materializations.emplace_back(location, std::move(value), storage, std::move(keys));
   ledger_.add_used(location, record.spec.storage_nbytes);
   bump_locked();
 }

@@ -63,6 +63,15 @@ class InlineVector {
     ++size_;
   }
 
+  // Builds an element in place from `args`, which must not refer into this vector.
+  template <class... Args>
+  T& emplace_back(Args&&... args) {
+    if (size_ == capacity_) grow(capacity_ * 2);
+    T* slot = ::new (static_cast<void*>(data_ + size_)) T(std::forward<Args>(args)...);
+    ++size_;
+    return *slot;
+  }
+
   // Removes `*at`, keeping the order of the rest; returns the next element.
   T* erase(T* at) noexcept(std::is_nothrow_move_assignable_v<T>) {
     std::move(at + 1, end(), at);

@@ -34,8 +34,8 @@ struct Materialization {
   ResidentValue value;
   std::vector<StorageKey> storage_keys;
 
-  Materialization(ResidencyLocation location, ResidentValue value, std::int64_t storage_nbytes,
-                  std::vector<StorageKey> storage_keys)
+  Materialization(ResidencyLocation location, ResidentValue&& value, std::int64_t storage_nbytes,
+                  std::vector<StorageKey>&& storage_keys)
       : location(location),
         storage_nbytes(storage_nbytes),
         value(std::move(value)),
