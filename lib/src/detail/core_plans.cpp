@@ -5,6 +5,7 @@
 
 #include <stdexcept>
 
+#include "detail/check.hpp"
 #include "detail/manager_core.hpp"
 #include "fhelium/residency/errors.hpp"
 
@@ -121,14 +122,18 @@ ResidencyPlanReport ManagerCore::execute_actions(const std::vector<ResidencyActi
   std::vector<const ResidencyAction*> pointers;
   pointers.reserve(actions.size());
   for (const auto& action : actions) pointers.push_back(&action);
-  if (const auto failure = dry_run_locked(pointers, {}, 0, nullptr)) {
+  DryRunRecords preflight;
+  preflight.resolve = true;
+  if (const auto failure = dry_run_locked(pointers, {}, 0, &preflight)) {
     throw ResidencyPlanError("residency plan '" + name + "' is infeasible: " + *failure);
   }
+  FHELIUM_CHECK(preflight.resolved.size() == actions.size(), "a feasible preflight resolves every action");
   std::vector<ResidencyTransitionReport> transitions;
   transitions.reserve(actions.size());
   for (std::size_t index = 0; index < actions.size(); ++index) {
     try {
-      transitions.push_back(execute_action_locked(actions[index], stream_for(actions[index], streams)));
+      transitions.push_back(
+          execute_action_locked(actions[index], stream_for(actions[index], streams), preflight.resolved[index]));
     } catch (...) {
       throw_execution_error(name, {PlanPhase::execute, actions[index], static_cast<std::int64_t>(index)},
                             std::move(transitions), started, clock_locked());

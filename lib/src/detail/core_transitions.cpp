@@ -97,10 +97,12 @@ ResidencyTransitionReport ManagerCore::run_action(const ResidencyAction& action,
 }
 
 ResidencyTransitionReport ManagerCore::execute_action_locked(const ResidencyAction& action,
-                                                             const std::optional<c10::Stream>& stream) {
+                                                             const std::optional<c10::Stream>& stream,
+                                                             ValueRecord* resolved) {
   reap_locked();
   const std::int64_t started = clock_locked();
-  ValueRecord& record = values_.lookup(action_handle(action));
+  ValueRecord& record = resolved != nullptr ? *resolved : values_.lookup(action_handle(action));
+  FHELIUM_CHECK(!record.discarded, "a plan acts on a value discarded before its action");
   // Every argument is checked before any state is read for no-op detection.
   std::visit(
       [&](const auto& typed) {

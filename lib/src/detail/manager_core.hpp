@@ -140,8 +140,11 @@ class ManagerCore {
   bool register_location_locked(const ResidencyLocation& location);
 
   // Transitions (core_transitions.cpp).
+  // `record`, when given, is the action's value record, already resolved by
+  // the plan's preflight.
   ResidencyTransitionReport execute_action_locked(const ResidencyAction& action,
-                                                  const std::optional<c10::Stream>& stream);
+                                                  const std::optional<c10::Stream>& stream,
+                                                  ValueRecord* record = nullptr);
   // Throws the error a refused decision stands for.
   void raise_refusal_locked(const ValueRecord& record, const TransitionDecision& decision) const;
   // Carries out a decision the rules made (not a no-op, not refused).
@@ -177,12 +180,17 @@ class ManagerCore {
   struct DryRunRecords {
     std::vector<ResidencyActionExplanation> explanations;
     std::vector<std::pair<ResidencyLocation, std::int64_t>> peaks;
+    // With `resolve`, the record of each action (in order), for execution to
+    // reuse: a feasible plan's records all exist and none is discarded
+    // before its action runs.
+    bool resolve = false;
+    std::vector<ValueRecord*> resolved;
   };
   // Dry-runs `actions` (with `reservations` admitted before action
   // `reservations_after`) and returns the first refusal's reason, or nothing
   // when the plan is feasible. `records`, when given, receives the
-  // explanations and predicted peaks; a preflight passes none and builds no
-  // record.
+  // explanations and predicted peaks, or only the resolved value records
+  // when `records->resolve` is set (a preflight, which builds no record).
   std::optional<std::string> dry_run_locked(const std::vector<const ResidencyAction*>& actions,
                                             const std::vector<MemoryReservation>& reservations,
                                             std::size_t reservations_after, DryRunRecords* records);

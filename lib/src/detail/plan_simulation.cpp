@@ -155,13 +155,14 @@ std::optional<std::string> ManagerCore::dry_run_locked(const std::vector<const R
   // One action against the shadow. Reasons are built for refusals always, for
   // no-ops only when the explanation is recorded.
   const auto simulate = [&](const ResidencyAction& action) -> DryRunOutcome {
-    const ValueRecord* record_pointer = nullptr;
+    ValueRecord* record_pointer = nullptr;
     try {
       record_pointer = &values_.lookup(action_handle(action));
     } catch (const ResidencyHandleError& error) {
       return {false, false, std::nullopt, std::nullopt, 0, 0, error.what()};
     }
     const ValueRecord& record = *record_pointer;
+    if (records != nullptr && records->resolve) records->resolved.push_back(record_pointer);
     if (!shadow.discarded.empty() && shadow.discarded.count(&record) != 0) {
       // Discarded earlier in this plan: reported like an unknown handle, with
       // no bytes, source or destination (the reference's failed explanation).
@@ -197,7 +198,7 @@ std::optional<std::string> ManagerCore::dry_run_locked(const std::vector<const R
                                             ? view.protected_locations()
                                             : std::vector<ResidencyLocation>{});
     } else if (decision.changes_nothing()) {
-      if (records != nullptr) reason = decision.no_op;
+      if (records != nullptr && !records->resolve) reason = decision.no_op;
     } else if (decision.discard) {
       while (!locations.empty()) {
         shadow.uncharge(locations.back(), charge);
@@ -221,13 +222,15 @@ std::optional<std::string> ManagerCore::dry_run_locked(const std::vector<const R
   };
 
   std::optional<std::string> failure;
-  if (records != nullptr) records->explanations.reserve(actions.size());
+  const bool explaining = records != nullptr && !records->resolve;
+  if (explaining) records->explanations.reserve(actions.size());
+  if (records != nullptr && records->resolve) records->resolved.reserve(actions.size());
   for (std::size_t index = 0; index <= actions.size() && !failure; ++index) {
     if (index == reservations_after) failure = admit_reservations();
     if (failure || index == actions.size()) break;
     DryRunOutcome outcome = simulate(*actions[index]);
     if (!outcome.executable) failure = outcome.reason;
-    if (records != nullptr) {
+    if (explaining) {
       records->explanations.emplace_back(RecordAssembly::key(), *actions[index], outcome.executable, outcome.no_op,
                                          outcome.source, outcome.destination, outcome.logical_nbytes,
                                          outcome.storage_nbytes, std::move(outcome.reason));
