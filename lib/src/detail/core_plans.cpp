@@ -152,26 +152,33 @@ ScopeEntry ManagerCore::enter_scope(const ResidencyPlan& plan, const TransferStr
   entry.started_at_ns = clock_locked();
   require_expected_version_locked(expected);
   check_streams_locked(streams);
-  if (const auto failure = dry_run_locked(whole_plan(plan), plan.reservations, plan.reclaim.size(), nullptr)) {
+  DryRunRecords preflight;
+  preflight.resolve = true;
+  const std::vector<const ResidencyAction*> actions = whole_plan(plan);
+  if (const auto failure = dry_run_locked(actions, plan.reservations, plan.reclaim.size(), &preflight)) {
     throw ResidencyPlanError("residency plan '" + plan.name + "' is infeasible: " + *failure);
   }
+  FHELIUM_CHECK(preflight.resolved.size() == actions.size(), "a feasible preflight resolves every action");
   // Admitted reservations are released on every failure path of entry.
   ScopeExit release_reservations([&] {
     for (auto it = entry.reservation_tokens.rbegin(); it != entry.reservation_tokens.rend(); ++it) {
       release_reservation_locked(*it);
     }
   });
-  const auto run_phase = [&](const std::vector<ResidencyAction>& actions, PlanPhase phase) {
-    for (std::size_t index = 0; index < actions.size(); ++index) {
+  // `first` is the phase's first action in the whole plan (reclaim, enter, exit).
+  const auto run_phase = [&](const std::vector<ResidencyAction>& phase_actions, PlanPhase phase, std::size_t first) {
+    for (std::size_t index = 0; index < phase_actions.size(); ++index) {
       try {
-        entry.transitions.push_back(execute_action_locked(actions[index], stream_for(actions[index], streams)));
+        entry.transitions.push_back(execute_action_locked(phase_actions[index],
+                                                          stream_for(phase_actions[index], streams),
+                                                          preflight.resolved[first + index]));
       } catch (...) {
-        throw_execution_error(plan.name, {phase, actions[index], static_cast<std::int64_t>(index)},
+        throw_execution_error(plan.name, {phase, phase_actions[index], static_cast<std::int64_t>(index)},
                               entry.transitions, entry.started_at_ns, clock_locked());
       }
     }
   };
-  run_phase(plan.reclaim, PlanPhase::reclaim);
+  run_phase(plan.reclaim, PlanPhase::reclaim, 0);
   for (std::size_t index = 0; index < plan.reservations.size(); ++index) {
     const MemoryReservation& reservation = plan.reservations[index];
     try {
@@ -183,7 +190,7 @@ ScopeEntry ManagerCore::enter_scope(const ResidencyPlan& plan, const TransferStr
                             entry.transitions, entry.started_at_ns, clock_locked());
     }
   }
-  run_phase(plan.enter, PlanPhase::enter);
+  run_phase(plan.enter, PlanPhase::enter, plan.reclaim.size());
   release_reservations.dismiss();
   return entry;
 }
