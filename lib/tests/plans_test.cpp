@@ -35,6 +35,37 @@ TEST_F(PlanFixture, ExecuteActionsRunsInOrderAndReportsEachTransition) {
   EXPECT_THROW(manager.execute_actions({}, " "), std::invalid_argument);
 }
 
+// Execution reuses the value records its preflight resolved: each action must
+// act on its own value (distinct sizes show a mix-up in the reports' bytes),
+// in plans and in a scope's reclaim and enter phases alike.
+TEST_F(PlanFixture, EachActionOfAPlanOrScopeActsOnItsOwnValue) {
+  const ResidencyHandle small = manager.adopt(make_value(2, 7.0f), std::nullopt, ReplicaMode::replicable);  // 8 bytes
+  const ResidencyHandle medium = manager.adopt(make_value(4, 8.0f));                                         // 16 bytes
+  const ResidencyPlanReport report = manager.execute_actions(
+      {EnsureResident{small, CUDA0}, MoveResident{medium, CUDA0, {}}, MoveResident{a, CUDA1, {}},
+       DropResident{small, PAGEABLE_HOST}, MoveResident{medium, PAGEABLE_HOST, {}}, DiscardValue{small}});
+  const std::vector<std::int64_t> bytes{8, 16, 64, 8, 16, 8};
+  ASSERT_EQ(report.transitions.size(), bytes.size());
+  for (std::size_t index = 0; index < bytes.size(); ++index) {
+    EXPECT_EQ(report.transitions[index].logical_nbytes, bytes[index]) << index;
+  }
+  EXPECT_EQ(resident_at(manager, medium), std::vector<ResidencyLocation>{PAGEABLE_HOST});
+  EXPECT_EQ(resident_at(manager, a), std::vector<ResidencyLocation>{CUDA1});
+  EXPECT_TRUE(manager.snapshot().value(small)->discarded);
+
+  ResidencyScope scope = manager.scope(ResidencyPlan{
+      "phases", {MoveResident{medium, CUDA0, {}}}, {}, {}, {MoveResident{a, PAGEABLE_HOST, {}}, DropResident{b, CUDA0}}});
+  scope.enter();
+  const auto entered = scope.close();
+  ASSERT_TRUE(entered.has_value());
+  ASSERT_EQ(entered->transitions.size(), 3u);  // reclaim a, reclaim b (a no-op), then enter medium
+  EXPECT_EQ(entered->transitions[0].logical_nbytes, 64);
+  EXPECT_TRUE(entered->transitions[1].no_op);
+  EXPECT_EQ(entered->transitions[2].logical_nbytes, 16);
+  EXPECT_EQ(resident_at(manager, medium), std::vector<ResidencyLocation>{CUDA0});
+  EXPECT_EQ(resident_at(manager, a), std::vector<ResidencyLocation>{PAGEABLE_HOST});
+}
+
 TEST_F(PlanFixture, ReservationsChangedAfterConstructionAreArgumentErrorsBeforeAnyChange) {
   for (const bool negative : {true, false}) {
     ResidencyPlan plan{"bad", {MoveResident{a, CUDA0, {}}}, {}, {MemoryReservation(CUDA0, 8, "workspace")}};

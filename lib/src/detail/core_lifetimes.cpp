@@ -178,12 +178,10 @@ void ManagerCore::release_lease_locked(std::uint64_t token, bool wait) {
                     "); released after synchronizing its consumer streams");
     return;
   }
-  lifetimes_.end_reads(token, true, std::move(events));
+  lifetimes_.end_reads(token, true, std::move(events));  // the record stays where `lease` points
   bump_locked();
   if (!wait) return;
-  for (const auto& event : lifetimes_.leases().find(token)->second.events) {
-    runtime_->synchronize_event(*event);  // on failure: stays pending
-  }
+  for (const auto& event : lease->events) runtime_->synchronize_event(*event);  // on failure: stays pending
   lifetimes_.finish_pending(token);
   bump_locked();
 }

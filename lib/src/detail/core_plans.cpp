@@ -122,18 +122,17 @@ ResidencyPlanReport ManagerCore::execute_actions(const std::vector<ResidencyActi
   std::vector<const ResidencyAction*> pointers;
   pointers.reserve(actions.size());
   for (const auto& action : actions) pointers.push_back(&action);
-  DryRunRecords preflight;
-  preflight.resolve = true;
-  if (const auto failure = dry_run_locked(pointers, {}, 0, &preflight)) {
-    throw ResidencyPlanError("residency plan '" + name + "' is infeasible: " + *failure);
+  const DryRun preflight = dry_run_locked(pointers, {}, 0, nullptr);
+  if (preflight.failure) {
+    throw ResidencyPlanError("residency plan '" + name + "' is infeasible: " + *preflight.failure);
   }
-  FHELIUM_CHECK(preflight.resolved.size() == actions.size(), "a feasible preflight resolves every action");
+  FHELIUM_CHECK(preflight.records.size() == actions.size(), "a feasible preflight resolves every action");
   std::vector<ResidencyTransitionReport> transitions;
   transitions.reserve(actions.size());
   for (std::size_t index = 0; index < actions.size(); ++index) {
     try {
       transitions.push_back(
-          execute_action_locked(actions[index], stream_for(actions[index], streams), preflight.resolved[index]));
+          execute_action_locked(actions[index], stream_for(actions[index], streams), preflight.records[index]));
     } catch (...) {
       throw_execution_error(name, {PlanPhase::execute, actions[index], static_cast<std::int64_t>(index)},
                             std::move(transitions), started, clock_locked());
@@ -152,13 +151,12 @@ ScopeEntry ManagerCore::enter_scope(const ResidencyPlan& plan, const TransferStr
   entry.started_at_ns = clock_locked();
   require_expected_version_locked(expected);
   check_streams_locked(streams);
-  DryRunRecords preflight;
-  preflight.resolve = true;
   const std::vector<const ResidencyAction*> actions = whole_plan(plan);
-  if (const auto failure = dry_run_locked(actions, plan.reservations, plan.reclaim.size(), &preflight)) {
-    throw ResidencyPlanError("residency plan '" + plan.name + "' is infeasible: " + *failure);
+  const DryRun preflight = dry_run_locked(actions, plan.reservations, plan.reclaim.size(), nullptr);
+  if (preflight.failure) {
+    throw ResidencyPlanError("residency plan '" + plan.name + "' is infeasible: " + *preflight.failure);
   }
-  FHELIUM_CHECK(preflight.resolved.size() == actions.size(), "a feasible preflight resolves every action");
+  FHELIUM_CHECK(preflight.records.size() == actions.size(), "a feasible preflight resolves every action");
   // Admitted reservations are released on every failure path of entry.
   ScopeExit release_reservations([&] {
     for (auto it = entry.reservation_tokens.rbegin(); it != entry.reservation_tokens.rend(); ++it) {
@@ -171,7 +169,7 @@ ScopeEntry ManagerCore::enter_scope(const ResidencyPlan& plan, const TransferStr
       try {
         entry.transitions.push_back(execute_action_locked(phase_actions[index],
                                                           stream_for(phase_actions[index], streams),
-                                                          preflight.resolved[first + index]));
+                                                          preflight.records[first + index]));
       } catch (...) {
         throw_execution_error(plan.name, {phase, phase_actions[index], static_cast<std::int64_t>(index)},
                               entry.transitions, entry.started_at_ns, clock_locked());

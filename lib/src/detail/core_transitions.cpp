@@ -126,11 +126,12 @@ ResidencyTransitionReport ManagerCore::execute_action_locked(const ResidencyActi
   if (decision.refused()) raise_refusal_locked(record, decision);
   if (!decision.changes_nothing()) apply_locked(record, decision, stream);
   const auto after = sample_allocator_locked(allocator_device);
-  ResidencyTransitionReport report(
-      RecordAssembly::key(), action, decision.changes_nothing(), decision.source, decision.destination, record.spec.logical_nbytes,
-      record.spec.storage_nbytes, started, clock_locked(), allocator_device, before.first, before.second, after.first,
-      after.second, decision.no_op ? std::optional<std::string>(decision.no_op) : std::nullopt);
-  if (trace_.capacity() > 0) trace_.push(report);
+  ResidencyTransitionReport report(RecordAssembly::key(), action, decision.changes_nothing(), decision.source,
+                                   decision.destination, record.spec.logical_nbytes, record.spec.storage_nbytes,
+                                   started, clock_locked(), allocator_device, before.first, before.second,
+                                   after.first, after.second,
+                                   decision.no_op ? std::optional<std::string>(decision.no_op) : std::nullopt);
+  trace_.push(report);
   return report;
 }
 

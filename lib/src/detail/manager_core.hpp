@@ -31,7 +31,6 @@
 #include "detail/lifetime_table.hpp"
 #include "detail/ring.hpp"
 #include "detail/state_gate.hpp"
-#include "detail/token_table.hpp"
 #include "detail/transition_rules.hpp"
 #include "detail/value_table.hpp"
 #include "fhelium/residency/manager.hpp"
@@ -177,23 +176,21 @@ class ManagerCore {
     std::int64_t logical_nbytes = 0, storage_nbytes = 0;
     std::optional<std::string> reason;
   };
-  struct DryRunRecords {
-    std::vector<ResidencyActionExplanation> explanations;
+  // What a dry run found: the first refusal's reason (none when the plan is
+  // feasible), each action's value record in order (complete only when
+  // feasible: then none is discarded before its action runs, and execution
+  // reuses them) and the predicted peak per location.
+  struct DryRun {
+    std::optional<std::string> failure;
+    std::vector<ValueRecord*> records;
     std::vector<std::pair<ResidencyLocation, std::int64_t>> peaks;
-    // With `resolve`, the record of each action (in order), for execution to
-    // reuse: a feasible plan's records all exist and none is discarded
-    // before its action runs.
-    bool resolve = false;
-    std::vector<ValueRecord*> resolved;
   };
-  // Dry-runs `actions` (with `reservations` admitted before action
-  // `reservations_after`) and returns the first refusal's reason, or nothing
-  // when the plan is feasible. `records`, when given, receives the
-  // explanations and predicted peaks, or only the resolved value records
-  // when `records->resolve` is set (a preflight, which builds no record).
-  std::optional<std::string> dry_run_locked(const std::vector<const ResidencyAction*>& actions,
-                                            const std::vector<MemoryReservation>& reservations,
-                                            std::size_t reservations_after, DryRunRecords* records);
+  // Dry-runs `actions`, with `reservations` admitted before action
+  // `reservations_after`. `explanations`, when given, receives one record per
+  // action run (explain); a preflight passes none and builds no record.
+  DryRun dry_run_locked(const std::vector<const ResidencyAction*>& actions,
+                        const std::vector<MemoryReservation>& reservations, std::size_t reservations_after,
+                        std::vector<ResidencyActionExplanation>* explanations);
   ResidencyPlanExplanation explain_locked(const std::string& name, const std::vector<const ResidencyAction*>& actions,
                                           const std::vector<MemoryReservation>& reservations,
                                           std::size_t reservations_after);

@@ -134,9 +134,12 @@ void erase(ShadowLocations& locations, const ResidencyLocation& location) {
 
 }  // namespace
 
-std::optional<std::string> ManagerCore::dry_run_locked(const std::vector<const ResidencyAction*>& actions,
-                                                       const std::vector<MemoryReservation>& reservations,
-                                                       std::size_t reservations_after, DryRunRecords* records) {
+ManagerCore::DryRun ManagerCore::dry_run_locked(const std::vector<const ResidencyAction*>& actions,
+                                                const std::vector<MemoryReservation>& reservations,
+                                                std::size_t reservations_after,
+                                                std::vector<ResidencyActionExplanation>* explanations) {
+  DryRun result;
+  result.records.reserve(actions.size());
   Shadow shadow(ledger_, *runtime_, ++dry_runs_);
   const ShadowView::Protection protection = [this](const Materialization& item) {
     return lifetimes_.still_protects(item, *runtime_);
@@ -162,7 +165,7 @@ std::optional<std::string> ManagerCore::dry_run_locked(const std::vector<const R
       return {false, false, std::nullopt, std::nullopt, 0, 0, error.what()};
     }
     const ValueRecord& record = *record_pointer;
-    if (records != nullptr && records->resolve) records->resolved.push_back(record_pointer);
+    result.records.push_back(record_pointer);
     if (!shadow.discarded.empty() && shadow.discarded.count(&record) != 0) {
       // Discarded earlier in this plan: reported like an unknown handle, with
       // no bytes, source or destination (the reference's failed explanation).
@@ -198,7 +201,7 @@ std::optional<std::string> ManagerCore::dry_run_locked(const std::vector<const R
                                             ? view.protected_locations()
                                             : std::vector<ResidencyLocation>{});
     } else if (decision.changes_nothing()) {
-      if (records != nullptr && !records->resolve) reason = decision.no_op;
+      if (explanations != nullptr) reason = decision.no_op;
     } else if (decision.discard) {
       while (!locations.empty()) {
         shadow.uncharge(locations.back(), charge);
@@ -221,34 +224,32 @@ std::optional<std::string> ManagerCore::dry_run_locked(const std::vector<const R
             std::move(reason)};
   };
 
-  std::optional<std::string> failure;
-  const bool explaining = records != nullptr && !records->resolve;
-  if (explaining) records->explanations.reserve(actions.size());
-  if (records != nullptr && records->resolve) records->resolved.reserve(actions.size());
+  std::optional<std::string>& failure = result.failure;
+  if (explanations != nullptr) explanations->reserve(actions.size());
   for (std::size_t index = 0; index <= actions.size() && !failure; ++index) {
     if (index == reservations_after) failure = admit_reservations();
     if (failure || index == actions.size()) break;
     DryRunOutcome outcome = simulate(*actions[index]);
     if (!outcome.executable) failure = outcome.reason;
-    if (explaining) {
-      records->explanations.emplace_back(RecordAssembly::key(), *actions[index], outcome.executable, outcome.no_op,
-                                         outcome.source, outcome.destination, outcome.logical_nbytes,
-                                         outcome.storage_nbytes, std::move(outcome.reason));
+    if (explanations != nullptr) {
+      explanations->emplace_back(RecordAssembly::key(), *actions[index], outcome.executable, outcome.no_op,
+                                 outcome.source, outcome.destination, outcome.logical_nbytes, outcome.storage_nbytes,
+                                 std::move(outcome.reason));
     }
   }
-  if (records != nullptr) records->peaks = shadow.peaks();
-  return failure;
+  result.peaks = shadow.peaks();
+  return result;
 }
 
 ResidencyPlanExplanation ManagerCore::explain_locked(const std::string& name,
                                                      const std::vector<const ResidencyAction*>& actions,
                                                      const std::vector<MemoryReservation>& reservations,
                                                      std::size_t reservations_after) {
-  DryRunRecords records;
-  std::optional<std::string> failure = dry_run_locked(actions, reservations, reservations_after, &records);
-  const bool feasible = !failure.has_value();
-  return ResidencyPlanExplanation(name, std::move(records.explanations), reservations, std::move(records.peaks),
-                                  feasible, std::move(failure));
+  std::vector<ResidencyActionExplanation> explanations;
+  DryRun run = dry_run_locked(actions, reservations, reservations_after, &explanations);
+  const bool feasible = !run.failure.has_value();
+  return ResidencyPlanExplanation(name, std::move(explanations), reservations, std::move(run.peaks), feasible,
+                                  std::move(run.failure));
 }
 
 }  // namespace fhelium::residency::detail

@@ -5,6 +5,7 @@
 // Capacity 0 keeps nothing. Not synchronized: the manager's state gate guards it.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <utility>
 #include <vector>
@@ -19,14 +20,18 @@ class Ring {
   std::size_t capacity() const noexcept { return capacity_; }
   std::size_t size() const noexcept { return slots_.size(); }
 
-  void push(T item) {
+  // Keeps `item` (copied or moved in); with capacity 0 it is not even copied.
+  template <class U>
+  void push(U&& item) {
     if (capacity_ == 0) return;
     if (slots_.size() < capacity_) {
-      if (slots_.size() == slots_.capacity()) slots_.reserve(std::min(capacity_, std::max<std::size_t>(16, 2 * slots_.size())));
-      slots_.push_back(std::move(item));
+      if (slots_.size() == slots_.capacity()) {
+        slots_.reserve(std::min(capacity_, std::max<std::size_t>(16, 2 * slots_.size())));
+      }
+      slots_.emplace_back(std::forward<U>(item));
       return;
     }
-    slots_[oldest_] = std::move(item);
+    slots_[oldest_] = std::forward<U>(item);
     oldest_ = oldest_ + 1 == capacity_ ? 0 : oldest_ + 1;
   }
 

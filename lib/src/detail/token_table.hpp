@@ -67,7 +67,8 @@ class TokenTable {
     FHELIUM_CHECK(token > last_token_, "lifetime tokens out of order");
     if (items_.size() - live_ > std::max<std::size_t>(live_, 16)) sweep();
     if (tokens_.size() == tokens_.capacity()) tokens_.reserve(std::max<std::size_t>(8, tokens_.size() * 2));
-    std::optional<Entry>& entry = items_.emplace_back(std::in_place, std::piecewise_construct, std::forward_as_tuple(token),
+    std::optional<Entry>& entry = items_.emplace_back(std::in_place, std::piecewise_construct,
+                                                      std::forward_as_tuple(token),
                                                       std::forward_as_tuple(std::forward<Args>(args)...));
     tokens_.push_back(token);
     last_token_ = token;
