@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <random>
 #include <set>
@@ -15,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "detail/dry_run.hpp"
 #include "detail/inline_vector.hpp"
 #include "detail/ledger.hpp"
 #include "detail/lifetime_table.hpp"
@@ -24,6 +26,7 @@
 #include "detail/storage_index.hpp"
 #include "detail/token_table.hpp"
 #include "detail/transition_rules.hpp"
+#include "detail/transitions.hpp"
 #include "detail/value_table.hpp"
 #include "fhelium/residency/errors.hpp"
 #include "fhelium/harness/simulated_runtime.hpp"
@@ -630,6 +633,175 @@ TEST(SnapshotAssemblyDeathTest, AMaterializationItsChargeDoesNotCoverIsABug) {
   ASSERT_NE(first, nullptr);
   first->materializations.front().storage_nbytes = 49;  // more than the value's 48-byte charge
   EXPECT_DEATH(fixture.assemble(), "materialization charge does not cover its bytes");
+}
+
+// ---- transitions and the dry run over real parts ----------------------------------
+
+ResidentValue blob(std::int64_t start) {
+  return ResidentValue("Blob", {{"data", at::arange(start, start + 1, at::TensorOptions().dtype(at::kLong))}});
+}
+
+// The parts a manager composes, wired as it wires them, with an 8-byte budget
+// at cuda:0 (one Blob).
+struct EngineFixture {
+  harness::SimulatedRuntime runtime{};
+  ValueTable values{"m"};
+  LocationLedger ledger;
+  StateGate gate;
+  std::uint64_t version = 0;
+  LifetimeTable lifetimes;
+  Transitions transitions{runtime, values, ledger, gate, version};
+  PlanDryRun dry_run{runtime, values, ledger, lifetimes};
+
+  EngineFixture() { ledger.add_budget(CUDA0, 8); }
+
+  ValueRecord& adopt(std::int64_t start, ReplicaMode mode = ReplicaMode::replicable) {
+    ValueRecord& record =
+        values.add(ResidencyValueSpec("Blob", 8, 8, mode, Recoverability::must_preserve), nullptr, std::nullopt);
+    transitions.install(record, PAGEABLE_HOST, blob(start), false);
+    return record;
+  }
+  // As register_source does: the source's location is registered with the value.
+  ValueRecord& add_source(std::function<ResidentValue()> load, const ResidencyLocation& at) {
+    transitions.register_location(at);
+    return values.add(ResidencyValueSpec("Blob", 8, 8, ReplicaMode::replicable, Recoverability::reconstructible),
+                      make_source(std::move(load)), at);
+  }
+  std::int64_t used(const ResidencyLocation& at) const { return ledger.find(at) ? ledger.find(at)->used_bytes : 0; }
+  std::int64_t reserved(const ResidencyLocation& at) const {
+    return ledger.find(at) ? ledger.find(at)->reserved_bytes : 0;
+  }
+};
+
+TEST(Transitions, InstallChargesClaimsAndBumpsAndRemoveUndoesEachOfThem) {
+  EngineFixture fixture;
+  ValueRecord& first = fixture.adopt(1);
+  EXPECT_EQ(fixture.used(PAGEABLE_HOST), 8);
+  EXPECT_EQ(fixture.version, 2u);  // pageable host's registration, then the install
+  // The same storage cannot become a second value's materialization.
+  ValueRecord& second = fixture.values.add(blob_spec(), nullptr, std::nullopt);
+  EXPECT_THROW(fixture.transitions.install(second, PAGEABLE_HOST, first.at(PAGEABLE_HOST)->value, false),
+               ResidencyOwnershipError);
+  EXPECT_TRUE(second.materializations.empty());
+  EXPECT_EQ(fixture.used(PAGEABLE_HOST), 8);
+  fixture.transitions.remove(first, PAGEABLE_HOST);
+  EXPECT_EQ(fixture.used(PAGEABLE_HOST), 0);
+  EXPECT_EQ(fixture.version, 3u);
+  // The storage is free again once its materialization is gone.
+  const ResidentValue kept = blob(7);
+  fixture.transitions.install(second, PAGEABLE_HOST, kept, false);
+  fixture.transitions.remove(second, PAGEABLE_HOST);
+  fixture.transitions.install(first, PAGEABLE_HOST, kept, false);
+  EXPECT_EQ(first.at(PAGEABLE_HOST)->value.field("data").item<std::int64_t>(), 7);
+}
+
+TEST(Transitions, ReconstructsUnderATemporaryChargeWhileTheGateRefusesEveryCall) {
+  EngineFixture fixture;
+  std::optional<StateGate::Entry> entry_during_load;
+  std::int64_t reserved_during_load = -1;
+  ValueRecord& record = fixture.add_source(
+      [&] {
+        entry_during_load = fixture.gate.enter();
+        reserved_during_load = fixture.reserved(PAGEABLE_HOST);
+        return blob(3);
+      },
+      PAGEABLE_HOST);
+  const TransitionDecision decision =
+      fixture.transitions.decide_and_apply(EnsureResident{record.handle, CUDA0}, record, std::nullopt);
+  EXPECT_TRUE(decision.load);
+  EXPECT_EQ(entry_during_load, StateGate::Entry::refused_loading);
+  EXPECT_EQ(reserved_during_load, 8);
+  EXPECT_EQ(fixture.reserved(PAGEABLE_HOST), 0);  // the temporary charge is returned
+  EXPECT_EQ(fixture.used(CUDA0), 8);
+  EXPECT_EQ(record.materializations.size(), 1u);
+  EXPECT_EQ(record.at(CUDA0)->value.field("data").item<std::int64_t>(), 3);
+  EXPECT_EQ(fixture.gate.enter(), StateGate::Entry::entered);  // loading ended
+}
+
+TEST(Transitions, AFailedOrRefusedTransitionLeavesTheStateAsItWas) {
+  EngineFixture fixture;
+  ValueRecord& held = fixture.adopt(1, ReplicaMode::exclusive);
+  ValueRecord& other = fixture.adopt(2);
+  bool fail = true;
+  ValueRecord& loaded = fixture.add_source(
+      [&]() -> ResidentValue {
+        if (fail) throw std::runtime_error("disk gone");
+        return other.at(PAGEABLE_HOST)->value;  // aliases another value's storage
+      },
+      PAGEABLE_HOST);
+  const std::uint64_t version = fixture.version;
+  EXPECT_THROW(fixture.transitions.decide_and_apply(EnsureResident{loaded.handle, CUDA0}, loaded, std::nullopt),
+               std::runtime_error);
+  fail = false;
+  EXPECT_THROW(fixture.transitions.decide_and_apply(EnsureResident{loaded.handle, CUDA0}, loaded, std::nullopt),
+               ResidencyOwnershipError);
+  // A move whose source is protected, and one the budget cannot admit.
+  held.at(PAGEABLE_HOST)->hold_count = 1;
+  EXPECT_THROW(fixture.transitions.decide_and_apply(MoveResident{held.handle, CUDA0, std::nullopt}, held,
+                                                    std::nullopt),
+               ResidencyInUseError);
+  held.at(PAGEABLE_HOST)->hold_count = 0;
+  fixture.ledger.add_reserved(CUDA0, 1);
+  EXPECT_THROW(fixture.transitions.decide_and_apply(MoveResident{held.handle, CUDA0, std::nullopt}, held,
+                                                    std::nullopt),
+               ResidencyBudgetError);
+  fixture.ledger.remove_reserved(CUDA0, 1);
+  EXPECT_EQ(fixture.version, version);
+  EXPECT_EQ(fixture.reserved(PAGEABLE_HOST), 0);
+  EXPECT_EQ(fixture.used(CUDA0), 0);
+  EXPECT_TRUE(loaded.materializations.empty());
+  ASSERT_EQ(held.materializations.size(), 1u);
+  // Admitted, the move installs at the destination and removes the source.
+  fixture.transitions.decide_and_apply(MoveResident{held.handle, CUDA0, std::nullopt}, held, std::nullopt);
+  EXPECT_EQ(fixture.used(CUDA0), 8);
+  EXPECT_EQ(fixture.used(PAGEABLE_HOST), 8);  // `other` only
+  ASSERT_EQ(held.materializations.size(), 1u);
+  EXPECT_EQ(held.materializations.front().location, CUDA0);
+}
+
+TEST(PlanDryRun, PredictsPeaksAndRefusalsWithoutTouchingTheState) {
+  EngineFixture fixture;
+  ValueRecord& first = fixture.adopt(1);
+  ValueRecord& second = fixture.adopt(2);
+  const std::uint64_t version = fixture.version;
+  const ResidencyAction ensure_first = EnsureResident{first.handle, CUDA0};
+  const ResidencyAction drop_first = DropResident{first.handle, CUDA0};
+  const ResidencyAction ensure_second = EnsureResident{second.handle, CUDA0};
+  const ResidencyAction discard_first = DiscardValue{first.handle};
+  // Within the 8-byte budget only because the drop comes between the ensures.
+  const auto feasible = fixture.dry_run.run({&ensure_first, &drop_first, &ensure_second}, {}, 0, nullptr);
+  EXPECT_FALSE(feasible.failure.has_value());
+  EXPECT_EQ(feasible.records, (std::vector<ValueRecord*>{&first, &first, &second}));
+  const auto peak_at = [](const PlanDryRun::Result& result, const ResidencyLocation& at) {
+    for (const auto& [location, peak] : result.peaks) {
+      if (location == at) return peak;
+    }
+    return std::int64_t{-1};
+  };
+  EXPECT_EQ(peak_at(feasible, CUDA0), 8);
+  EXPECT_EQ(peak_at(feasible, PAGEABLE_HOST), 16);
+  // The same two ensures without the drop: refused at the second, explained up to it.
+  std::vector<ResidencyActionExplanation> explanations;
+  const auto refused = fixture.dry_run.run({&ensure_first, &ensure_second, &drop_first}, {}, 0, &explanations);
+  ASSERT_TRUE(refused.failure.has_value());
+  EXPECT_EQ(*refused.failure, "transition exceeds budget at " + CUDA0.name());
+  ASSERT_EQ(explanations.size(), 2u);
+  EXPECT_TRUE(explanations[0].executable);
+  EXPECT_FALSE(explanations[1].executable);
+  EXPECT_EQ(peak_at(refused, CUDA0), 16);  // the refused charge is the predicted peak
+  // A reservation admitted first leaves no room for either ensure.
+  const auto reserved = fixture.dry_run.run({&ensure_first}, {MemoryReservation(CUDA0, 4, "kv")}, 0, nullptr);
+  EXPECT_EQ(reserved.failure, "transition exceeds budget at " + CUDA0.name());
+  // A value discarded earlier in the plan is refused like an unknown one.
+  const auto discarded = fixture.dry_run.run({&discard_first, &ensure_first}, {}, 0, nullptr);
+  EXPECT_EQ(discarded.failure, "value '" + first.handle.handle_id + "' is discarded");
+  // Nothing was charged, registered, bumped or discarded.
+  EXPECT_EQ(fixture.version, version);
+  EXPECT_EQ(fixture.used(CUDA0), 0);
+  EXPECT_EQ(fixture.ledger.find(CUDA0)->peak_charged_bytes, 0);
+  EXPECT_EQ(fixture.ledger.find(CUDA1), nullptr);
+  EXPECT_FALSE(first.discarded);
+  EXPECT_EQ(first.materializations.size(), 1u);
 }
 
 }  // namespace

@@ -87,7 +87,7 @@ std::uint64_t ManagerCore::reserve_locked(const ResidencyLocation& location, std
                                           const std::string& label) {
   runtime_->check_location(location);
   ledger_.check_admission(location, nbytes);
-  register_location_locked(location);
+  transitions_.register_location(location);
   const std::uint64_t token = lifetimes_.add_reservation(location, nbytes, label);
   ledger_.add_reserved(location, nbytes);
   bump_locked();

@@ -87,12 +87,6 @@ void ManagerCore::diagnose_locked(std::string message) {
   diagnostics_.push(std::move(message));
 }
 
-bool ManagerCore::register_location_locked(const ResidencyLocation& location) {
-  const bool added = ledger_.register_location(location);
-  if (added) bump_locked();
-  return added;
-}
-
 std::uint64_t ManagerCore::state_version() {
   StateAccess access(*this);
   require_open_locked();

@@ -105,7 +105,11 @@ ResidencyPlanExplanation ManagerCore::explain(const ResidencyPlan& plan, std::op
   StateAccess access(*this);
   require_open_locked();
   require_expected_version_locked(expected);
-  return explain_locked(plan.name, whole_plan(plan), plan.reservations, plan.reclaim.size());
+  std::vector<ResidencyActionExplanation> explanations;
+  PlanDryRun::Result run = dry_run_.run(whole_plan(plan), plan.reservations, plan.reclaim.size(), &explanations);
+  const bool feasible = !run.failure.has_value();
+  return ResidencyPlanExplanation(plan.name, std::move(explanations), plan.reservations, std::move(run.peaks), feasible,
+                                  std::move(run.failure));
 }
 
 ResidencyPlanReport ManagerCore::execute_actions(const std::vector<ResidencyAction>& actions, const std::string& name,
@@ -122,7 +126,7 @@ ResidencyPlanReport ManagerCore::execute_actions(const std::vector<ResidencyActi
   std::vector<const ResidencyAction*> pointers;
   pointers.reserve(actions.size());
   for (const auto& action : actions) pointers.push_back(&action);
-  const DryRun preflight = dry_run_locked(pointers, {}, 0, nullptr);
+  const PlanDryRun::Result preflight = dry_run_.run(pointers, {}, 0, nullptr);
   if (preflight.failure) {
     throw ResidencyPlanError("residency plan '" + name + "' is infeasible: " + *preflight.failure);
   }
@@ -152,7 +156,7 @@ ScopeEntry ManagerCore::enter_scope(const ResidencyPlan& plan, const TransferStr
   require_expected_version_locked(expected);
   check_streams_locked(streams);
   const std::vector<const ResidencyAction*> actions = whole_plan(plan);
-  const DryRun preflight = dry_run_locked(actions, plan.reservations, plan.reclaim.size(), nullptr);
+  const PlanDryRun::Result preflight = dry_run_.run(actions, plan.reservations, plan.reclaim.size(), nullptr);
   if (preflight.failure) {
     throw ResidencyPlanError("residency plan '" + plan.name + "' is infeasible: " + *preflight.failure);
   }

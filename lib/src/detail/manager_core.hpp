@@ -1,17 +1,26 @@
 // ManagerCore: the shared state behind ResidencyManager and its lifetimes.
 //
 // The core composes its parts, each with one job and its own unit tests
-// (lib/tests/parts_test.cpp): the state gate (state_gate.hpp), the location
-// ledger (ledger.hpp), the value table with its storage-ownership index
-// (value_table.hpp, storage_index.hpp), the lifetime table (lifetime_table.hpp:
-// leases, holds, reservations, pending events and reaping), the trace and
-// diagnostics rings (ring.hpp), the transition rules (transition_rules.hpp), which
-// decide what an action does to a value once, for execution and for explain
-// alike, and snapshot assembly (snapshot_assembly.hpp). The core
-// implements each public operation over them; its methods are split over
-// several sources by job: transitions, lifetimes, plans, explain (plan
-// simulation) and observation. Public entry points take the gate through
-// StateAccess; *_locked helpers require it held.
+// (lib/tests/parts_test.cpp):
+//  - the state gate (state_gate.hpp): one public call at a time, reentry refused;
+//  - the location ledger (ledger.hpp): budgets, charges and peaks;
+//  - the value table with its storage-ownership index (value_table.hpp,
+//    storage_index.hpp);
+//  - the transition rules (transition_rules.hpp), which decide what an action
+//    does to a value, once, for execution and the dry run alike;
+//  - transitions (transitions.hpp), which carry a decision out: load, copy,
+//    install, remove, discard;
+//  - the plan dry run (dry_run.hpp): explain and every plan's preflight;
+//  - the lifetime table (lifetime_table.hpp): leases, holds, reservations,
+//    pending events and reaping;
+//  - snapshot assembly (snapshot_assembly.hpp) and the trace and diagnostics
+//    rings (ring.hpp).
+// The core itself checks each public call's arguments, takes the gate,
+// sequences the parts, times and reports what they did, and turns failures
+// into the public errors: primitives in core_transitions.cpp, plans and scopes
+// in core_plans.cpp, lifetimes in core_lifetimes.cpp, observation and control
+// in core_observe.cpp. Public entry points take the gate through StateAccess;
+// *_locked helpers require it held.
 #pragma once
 
 #include <atomic>
@@ -25,28 +34,22 @@
 #include <string>
 #include <vector>
 
+#include "detail/dry_run.hpp"
 #include "detail/inline_vector.hpp"
 #include "detail/ledger.hpp"
 #include "detail/lifetime_records.hpp"
 #include "detail/lifetime_table.hpp"
 #include "detail/ring.hpp"
 #include "detail/state_gate.hpp"
+#include "detail/scope_exit.hpp"
 #include "detail/transition_rules.hpp"
+#include "detail/transitions.hpp"
 #include "detail/value_table.hpp"
 #include "fhelium/residency/manager.hpp"
 #include "fhelium/residency/runtime.hpp"
 #include "fhelium/residency/value.hpp"
 
 namespace fhelium::residency::detail {
-
-// A value ready to copy from: an existing replica or a freshly loaded one
-// whose temporary charge is still held at `location`.
-struct TransferSource {
-  ResidencyLocation location;
-  ResidentValue value;
-  bool temporary = false;
-  std::vector<StorageKey> keys;  // a loaded value's storage keys, checked unaliased
-};
 
 struct ScopeEntry {
   std::vector<std::uint64_t> reservation_tokens;
@@ -82,7 +85,7 @@ class ManagerCore {
                                   ResidencyLocation source_location);
   ResidencyTransitionReport run_action(const ResidencyAction& action, const std::optional<c10::Stream>& stream);
 
-  // Plans (core_plans.cpp, explain in plan_simulation.cpp).
+  // Plans (core_plans.cpp).
   ResidencyPlanReport execute_actions(const std::vector<ResidencyAction>& actions, const std::string& name,
                                       const TransferStreams& streams, std::optional<std::uint64_t> expected);
   ResidencyPlanExplanation explain(const ResidencyPlan& plan, std::optional<std::uint64_t> expected);
@@ -136,64 +139,16 @@ class ManagerCore {
   void require_expected_version_locked(std::optional<std::uint64_t> expected) const;
   void check_streams_locked(const TransferStreams& streams) const;
   static std::optional<c10::Stream> stream_for(const ResidencyAction& action, const TransferStreams& streams);
-  bool register_location_locked(const ResidencyLocation& location);
 
-  // Transitions (core_transitions.cpp).
+  // Primitives (core_transitions.cpp): one action, timed and reported.
   // `record`, when given, is the action's value record, already resolved by
   // the plan's preflight.
   ResidencyTransitionReport execute_action_locked(const ResidencyAction& action,
                                                   const std::optional<c10::Stream>& stream,
                                                   ValueRecord* record = nullptr);
-  // Throws the error a refused decision stands for.
-  void raise_refusal_locked(const ValueRecord& record, const TransitionDecision& decision) const;
-  // Carries out a decision the rules made (not a no-op, not refused).
-  void apply_locked(ValueRecord& record, const TransitionDecision& decision, const std::optional<c10::Stream>& stream);
-  void discard_locked(ValueRecord& record);
-  void materialize_locked(ValueRecord& record, TransferSource source, const ResidencyLocation& destination,
-                          const std::optional<c10::Stream>& stream, bool allow_exclusive_transition);
-  // `checked_keys`: the value's storage keys when it was already validated
-  // and checked for aliasing at `location` (a load installed where it was made).
-  void install_locked(ValueRecord& record, const ResidencyLocation& location, ResidentValue value,
-                      bool allow_exclusive_transition, std::optional<std::vector<StorageKey>> checked_keys = {});
-  void remove_materialization_locked(ValueRecord& record, const ResidencyLocation& location);
-  void require_removable_locked(const ValueRecord& record, const Materialization& item) const;
-  // Reconstructs the value from its source under a temporary charge at the
-  // source location, held until the returned source is used.
-  TransferSource load_locked(ValueRecord& record);
-  void validate_materialization_locked(const ResidencyValueSpec& spec, const ResidentValue& value,
-                                       const ResidencyLocation& location) const;
   std::optional<c10::Device> allocator_device_for(const ResidencyAction& action, const ValueRecord& record) const;
   std::pair<std::optional<std::int64_t>, std::optional<std::int64_t>> sample_allocator_locked(
       const std::optional<c10::Device>& device);
-
-  // Plans (core_plans.cpp, plan_simulation.cpp).
-  // One action's dry-run result; `reason` explains a refusal, or a no-op when
-  // explanations are recorded.
-  struct DryRunOutcome {
-    bool executable = false;
-    bool no_op = false;
-    std::optional<ResidencyLocation> source, destination;
-    std::int64_t logical_nbytes = 0, storage_nbytes = 0;
-    std::optional<std::string> reason;
-  };
-  // What a dry run found: the first refusal's reason (none when the plan is
-  // feasible), each action's value record in order (complete only when
-  // feasible: then none is discarded before its action runs, and execution
-  // reuses them) and the predicted peak per location.
-  struct DryRun {
-    std::optional<std::string> failure;
-    std::vector<ValueRecord*> records;
-    std::vector<std::pair<ResidencyLocation, std::int64_t>> peaks;
-  };
-  // Dry-runs `actions`, with `reservations` admitted before action
-  // `reservations_after`. `explanations`, when given, receives one record per
-  // action run (explain); a preflight passes none and builds no record.
-  DryRun dry_run_locked(const std::vector<const ResidencyAction*>& actions,
-                        const std::vector<MemoryReservation>& reservations, std::size_t reservations_after,
-                        std::vector<ResidencyActionExplanation>* explanations);
-  ResidencyPlanExplanation explain_locked(const std::string& name, const std::vector<const ResidencyAction*>& actions,
-                                          const std::vector<MemoryReservation>& reservations,
-                                          std::size_t reservations_after);
 
   // Lifetimes (core_lifetimes.cpp).
   CoveredRecords resident_records_locked(const std::vector<ResidencyHandle>& handles,
@@ -212,34 +167,17 @@ class ManagerCore {
 
   // The state lock: one public call at a time, reentry refused.
   StateGate gate_;
-  void set_loading(bool loading) { gate_.set_loading(loading); }
 
   bool closed_ = false;
   std::uint64_t state_version_ = 0;
   std::int64_t last_clock_ns_ = 0;
   LocationLedger ledger_;
   ValueTable values_;
-  std::uint64_t dry_runs_ = 0;  // explain runs so far; numbers each run's shadow
+  Transitions transitions_{*runtime_, values_, ledger_, gate_, state_version_};
   LifetimeTable lifetimes_;
+  PlanDryRun dry_run_{*runtime_, values_, ledger_, lifetimes_};
   Ring<ResidencyTransitionReport> trace_;
   Ring<std::string> diagnostics_;
-};
-
-// Calls `f` on scope exit unless dismissed; used for release-on-every-path.
-template <class F>
-class ScopeExit {
- public:
-  explicit ScopeExit(F f) : f_(std::move(f)) {}
-  ~ScopeExit() {
-    if (armed_) f_();
-  }
-  void dismiss() { armed_ = false; }
-  ScopeExit(const ScopeExit&) = delete;
-  ScopeExit& operator=(const ScopeExit&) = delete;
-
- private:
-  F f_;
-  bool armed_ = true;
 };
 
 }  // namespace fhelium::residency::detail

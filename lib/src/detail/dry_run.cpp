@@ -1,14 +1,12 @@
-// Dry-run simulation of a plan (explain). It decides every action with the
-// same transition rules execution uses and charges a shadow of the location
-// ledger; nothing here mutates the manager: no version bump, no reaping, no
-// registration.
+// PlanDryRun: a plan decided against a shadow of the state (dry_run.hpp).
+#include "detail/dry_run.hpp"
+
 #include <algorithm>
 #include <functional>
 #include <stdexcept>
 #include <unordered_map>
 #include <unordered_set>
 
-#include "detail/manager_core.hpp"
 #include "detail/record_assembly.hpp"
 #include "detail/transition_rules.hpp"
 #include "fhelium/residency/errors.hpp"
@@ -18,6 +16,16 @@ namespace fhelium::residency::detail {
 namespace {
 
 enum class Charge { temporary, used, reserved };
+
+// One action's dry-run result; `reason` explains a refusal, or a no-op when
+// explanations are recorded.
+struct Outcome {
+  bool executable = false;
+  bool no_op = false;
+  std::optional<ResidencyLocation> source, destination;
+  std::int64_t logical_nbytes = 0, storage_nbytes = 0;
+  std::optional<std::string> reason;
+};
 
 using ShadowLocations = decltype(ValueRecord::shadow_locations);
 
@@ -134,15 +142,14 @@ void erase(ShadowLocations& locations, const ResidencyLocation& location) {
 
 }  // namespace
 
-ManagerCore::DryRun ManagerCore::dry_run_locked(const std::vector<const ResidencyAction*>& actions,
-                                                const std::vector<MemoryReservation>& reservations,
-                                                std::size_t reservations_after,
-                                                std::vector<ResidencyActionExplanation>* explanations) {
-  DryRun result;
+PlanDryRun::Result PlanDryRun::run(const std::vector<const ResidencyAction*>& actions,
+                                   const std::vector<MemoryReservation>& reservations, std::size_t reservations_after,
+                                   std::vector<ResidencyActionExplanation>* explanations) {
+  Result result;
   result.records.reserve(actions.size());
-  Shadow shadow(ledger_, *runtime_, ++dry_runs_);
+  Shadow shadow(ledger_, runtime_, ++runs_);
   const ShadowView::Protection protection = [this](const Materialization& item) {
-    return lifetimes_.still_protects(item, *runtime_);
+    return lifetimes_.still_protects(item, runtime_);
   };
 
   const auto admit_reservations = [&]() -> std::optional<std::string> {
@@ -157,7 +164,7 @@ ManagerCore::DryRun ManagerCore::dry_run_locked(const std::vector<const Residenc
 
   // One action against the shadow. Reasons are built for refusals always, for
   // no-ops only when the explanation is recorded.
-  const auto simulate = [&](const ResidencyAction& action) -> DryRunOutcome {
+  const auto simulate = [&](const ResidencyAction& action) -> Outcome {
     ValueRecord* record_pointer = nullptr;
     try {
       record_pointer = &values_.lookup(action_handle(action));
@@ -174,7 +181,7 @@ ManagerCore::DryRun ManagerCore::dry_run_locked(const std::vector<const Residenc
     }
     const std::int64_t charge = record.spec.storage_nbytes;
     const auto failed = [&](std::optional<ResidencyLocation> source, std::optional<ResidencyLocation> destination,
-                            std::string reason) -> DryRunOutcome {
+                            std::string reason) -> Outcome {
       return {false, false, source, destination, record.spec.logical_nbytes, charge, std::move(reason)};
     };
     // The runtime's location checks come first, as in execution.
@@ -229,7 +236,7 @@ ManagerCore::DryRun ManagerCore::dry_run_locked(const std::vector<const Residenc
   for (std::size_t index = 0; index <= actions.size() && !failure; ++index) {
     if (index == reservations_after) failure = admit_reservations();
     if (failure || index == actions.size()) break;
-    DryRunOutcome outcome = simulate(*actions[index]);
+    Outcome outcome = simulate(*actions[index]);
     if (!outcome.executable) failure = outcome.reason;
     if (explanations != nullptr) {
       explanations->emplace_back(RecordAssembly::key(), *actions[index], outcome.executable, outcome.no_op,
@@ -239,17 +246,6 @@ ManagerCore::DryRun ManagerCore::dry_run_locked(const std::vector<const Residenc
   }
   result.peaks = shadow.peaks();
   return result;
-}
-
-ResidencyPlanExplanation ManagerCore::explain_locked(const std::string& name,
-                                                     const std::vector<const ResidencyAction*>& actions,
-                                                     const std::vector<MemoryReservation>& reservations,
-                                                     std::size_t reservations_after) {
-  std::vector<ResidencyActionExplanation> explanations;
-  DryRun run = dry_run_locked(actions, reservations, reservations_after, &explanations);
-  const bool feasible = !run.failure.has_value();
-  return ResidencyPlanExplanation(name, std::move(explanations), reservations, std::move(run.peaks), feasible,
-                                  std::move(run.failure));
 }
 
 }  // namespace fhelium::residency::detail

@@ -1,0 +1,58 @@
+// PlanDryRun: decides a plan's actions in order without carrying any out.
+//
+// Every action is decided by the same transition rules execution uses
+// (transition_rules.hpp) against a shadow of the state: a copy of the
+// location ledger and, per value the plan touches, where the plan has left
+// it so far. Charges go to the shadow ledger with the ledger's own admission
+// rule; protection is the real one (a plan cannot change it), with pending
+// protection ending when its events have completed. Nothing is mutated: no
+// version bump, no reaping, no location registration. Explain records an
+// explanation per action; the preflight of execution records none and keeps
+// only the first refusal's reason.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "detail/ledger.hpp"
+#include "detail/lifetime_table.hpp"
+#include "detail/value_table.hpp"
+#include "fhelium/residency/plan.hpp"
+#include "fhelium/residency/runtime.hpp"
+#include "fhelium/residency/snapshot.hpp"
+
+namespace fhelium::residency::detail {
+
+class PlanDryRun {
+ public:
+  // What a dry run found: the first refusal's reason (none when the plan is
+  // feasible), each action's value record in order (complete only when
+  // feasible: then none is discarded before its action runs, and execution
+  // reuses them) and the predicted peak per location.
+  struct Result {
+    std::optional<std::string> failure;
+    std::vector<ValueRecord*> records;
+    std::vector<std::pair<ResidencyLocation, std::int64_t>> peaks;
+  };
+
+  PlanDryRun(DeviceRuntime& runtime, ValueTable& values, const LocationLedger& ledger, const LifetimeTable& lifetimes)
+      : runtime_(runtime), values_(values), ledger_(ledger), lifetimes_(lifetimes) {}
+
+  // Dry-runs `actions`, with `reservations` admitted before action
+  // `reservations_after`. `explanations`, when given, receives one record per
+  // action run (explain); a preflight passes none and builds no record.
+  Result run(const std::vector<const ResidencyAction*>& actions, const std::vector<MemoryReservation>& reservations,
+             std::size_t reservations_after, std::vector<ResidencyActionExplanation>* explanations);
+
+ private:
+  DeviceRuntime& runtime_;
+  ValueTable& values_;
+  const LocationLedger& ledger_;
+  const LifetimeTable& lifetimes_;
+  std::uint64_t runs_ = 0;  // runs so far; numbers each run's shadow
+};
+
+}  // namespace fhelium::residency::detail

@@ -1,0 +1,239 @@
+// Transitions: the steps that carry out a decided transition (transitions.hpp).
+#include "detail/transitions.hpp"
+
+#include <stdexcept>
+#include <type_traits>
+#include <variant>
+
+#include "detail/check.hpp"
+#include "detail/scope_exit.hpp"
+#include "fhelium/residency/errors.hpp"
+
+namespace fhelium::residency::detail {
+
+namespace {
+
+std::string value_name(const ValueRecord& record) {
+  return "value '" + record.handle.handle_id + "' (" + record.spec.value_type + ")";
+}
+
+// A value's real state, as the transition rules see it (after reaping, so
+// protection is exactly the counts).
+class RecordView {
+  static const ResidencyLocation& location_of(const Materialization& item) { return item.location; }
+
+ public:
+  explicit RecordView(const ValueRecord& record) : record_(record) {}
+  const ValueRecord& record() const { return record_; }
+  bool resident(const ResidencyLocation& location) const { return record_.at(location) != nullptr; }
+  std::size_t count() const { return record_.materializations.size(); }
+  std::optional<ResidencyLocation> first(const std::optional<ResidencyLocation>& exclude) const {
+    return smallest_location(record_.materializations, exclude, location_of);
+  }
+  bool protected_at(const ResidencyLocation& location) const {
+    const Materialization* item = record_.at(location);
+    return item != nullptr && item->is_protected();
+  }
+  std::vector<ResidencyLocation> protected_locations() const {
+    return protected_locations_of(record_.materializations, location_of,
+                                  [](const Materialization& item) { return item.is_protected(); });
+  }
+
+ private:
+  const ValueRecord& record_;
+};
+
+}  // namespace
+
+void Transitions::check_arguments(const ResidencyAction& action, const std::optional<c10::Stream>& stream) const {
+  std::visit(
+      [&](const auto& typed) {
+        using T = std::decay_t<decltype(typed)>;
+        if constexpr (std::is_same_v<T, EnsureResident>) {
+          runtime_.check_location(typed.location);
+          if (stream) runtime_.check_stream(typed.location, *stream);
+        } else if constexpr (std::is_same_v<T, MoveResident>) {
+          runtime_.check_location(typed.to);
+          if (typed.from_location) runtime_.check_location(*typed.from_location);
+          if (stream) runtime_.check_stream(typed.to, *stream);
+        } else {
+          if constexpr (std::is_same_v<T, DropResident>) runtime_.check_location(typed.location);
+          if (stream) throw std::invalid_argument("only ensure and move accept a CUDA transfer stream");
+        }
+      },
+      action);
+}
+
+TransitionDecision Transitions::decide_and_apply(const ResidencyAction& action, ValueRecord& record,
+                                                 const std::optional<c10::Stream>& stream) {
+  TransitionDecision decision = decide_transition(action, RecordView(record));
+  if (decision.refused()) raise_refusal(record, decision);
+  if (!decision.changes_nothing()) apply(record, decision, stream);
+  return decision;
+}
+
+bool Transitions::register_location(const ResidencyLocation& location) {
+  const bool added = ledger_.register_location(location);
+  if (added) bump();
+  return added;
+}
+
+void Transitions::raise_refusal(const ValueRecord& record, const TransitionDecision& decision) const {
+  switch (decision.refusal) {
+    case Refusal::none: return;
+    case Refusal::exclusive_replica:
+      throw ResidencyOwnershipError("EnsureResident would replicate EXCLUSIVE " + value_name(record) + " at " +
+                                    decision.destination->name() + "; use MoveResident");
+    case Refusal::no_source:
+      throw ResidencyUnavailableError(value_name(record) + " has no materialization and no reconstruction source");
+    case Refusal::explicit_source_absent:
+      throw ResidencyUnavailableError("Explicit source " + decision.refused_at->name() + " of " + value_name(record) +
+                                      " is not resident");
+    case Refusal::final_must_preserve:
+      throw ResidencyOwnershipError("cannot drop the final MUST_PRESERVE materialization of " + value_name(record) +
+                                    " at " + decision.refused_at->name() + "; discard the value instead");
+    case Refusal::source_protected:
+    case Refusal::target_protected:
+    case Refusal::discard_protected:
+      require_removable(record, *record.at(*decision.refused_at));
+  }
+  FHELIUM_CHECK(false, "a refused transition raised nothing");
+}
+
+void Transitions::apply(ValueRecord& record, const TransitionDecision& decision,
+                               const std::optional<c10::Stream>& stream) {
+  if (decision.discard) {
+    discard(record);
+    return;
+  }
+  if (decision.install) {
+    TransferSource from = decision.load
+                              ? load(record)
+                              : TransferSource{*decision.source, record.at(*decision.source)->value, false, {}};
+    materialize(record, std::move(from), *decision.destination, stream, decision.exclusive_transition);
+  }
+  if (decision.remove) remove(record, *decision.remove);
+}
+
+void Transitions::discard(ValueRecord& record) {
+  while (!record.materializations.empty()) {
+    remove(record, record.materializations.back().location);
+  }
+  record.source.reset();
+  record.source_location.reset();
+  record.discarded = true;
+  bump();
+}
+
+void Transitions::materialize(ValueRecord& record, TransferSource from, const ResidencyLocation& destination,
+                                     const std::optional<c10::Stream>& stream, bool allow_exclusive_transition) {
+  const std::int64_t charge = record.spec.storage_nbytes;
+  auto release_temporary = [&] {
+    if (from.temporary) {
+      from.temporary = false;
+      ledger_.remove_reserved(from.location, charge);
+    }
+  };
+  ScopeExit guard(release_temporary);
+  if (from.temporary && from.location == destination) {
+    // The loaded value already lives at the destination: one charge serves both.
+    release_temporary();
+    install(record, destination, std::move(from.value), allow_exclusive_transition, std::move(from.keys));
+    return;
+  }
+  ledger_.check_admission(destination, charge);
+  ResidentValue copy = runtime_.copy_to(from.value, destination, stream);
+  install(record, destination, std::move(copy), allow_exclusive_transition);
+}
+
+void Transitions::install(ValueRecord& record, const ResidencyLocation& location, ResidentValue value,
+                                 bool allow_exclusive_transition, std::optional<std::vector<StorageKey>> checked_keys) {
+  FHELIUM_CHECK(record.at(location) == nullptr, "materialization installed twice");
+  if (record.spec.replica_mode == ReplicaMode::exclusive && !record.materializations.empty() &&
+      !allow_exclusive_transition) {
+    throw ResidencyOwnershipError("EXCLUSIVE " + value_name(record) + " cannot have simultaneous replicas");
+  }
+  // A freshly loaded value was validated and checked for aliasing at this
+  // very location by load_locked, under the same lock: not twice.
+  if (!checked_keys) validate(record.spec, value, location);
+  ledger_.check_admission(location, record.spec.storage_nbytes);
+  std::vector<StorageKey> keys = checked_keys ? std::move(*checked_keys) : runtime_.storage_keys(value);
+  if (!checked_keys) values_.check_unaliased(keys);
+  register_location(location);
+  values_.claim(keys, record, location);
+  const std::int64_t storage = value.storage_nbytes();
+  record.materializations.emplace_back(location, std::move(value), storage, std::move(keys));
+  ledger_.add_used(location, record.spec.storage_nbytes);
+  bump();
+}
+
+void Transitions::remove(ValueRecord& record, const ResidencyLocation& location) {
+  auto& items = record.materializations;
+  for (auto it = items.begin(); it != items.end(); ++it) {
+    if (it->location != location) continue;
+    FHELIUM_CHECK(!it->is_protected(), "protected materialization removed");
+    values_.unclaim(it->storage_keys);
+    ledger_.remove_used(location, record.spec.storage_nbytes);
+    items.erase(it);
+    bump();
+    return;
+  }
+  FHELIUM_CHECK(false, "removing a materialization that does not exist");
+}
+
+void Transitions::require_removable(const ValueRecord& record, const Materialization& item) {
+  if (!item.is_protected()) return;
+  throw ResidencyInUseError(value_name(record) + " at " + item.location.name() +
+                            " is protected: active_reads=" + std::to_string(item.use_count) +
+                            ", holds=" + std::to_string(item.hold_count) +
+                            ", pending_events=" + std::to_string(item.pending_count));
+}
+
+Transitions::TransferSource Transitions::load(ValueRecord& record) {
+  const ResidencyLocation location = *record.source_location;
+  const std::int64_t charge = record.spec.storage_nbytes;
+  ledger_.check_admission(location, charge);
+  ledger_.add_reserved(location, charge);
+  ScopeExit release([&] { ledger_.remove_reserved(location, charge); });
+  std::optional<ResidentValue> loaded;
+  {
+    gate_.set_loading(true);
+    ScopeExit done([&] { gate_.set_loading(false); });
+    loaded = record.source->load();
+  }
+  validate(record.spec, *loaded, location);
+  // A load must return fresh storage: one that aliases a managed
+  // materialization would hand another value's bytes to this one, even when
+  // only copied from (the copy itself is fresh).
+  std::vector<StorageKey> keys = runtime_.storage_keys(*loaded);
+  values_.check_unaliased(keys);
+  release.dismiss();
+  return TransferSource{location, std::move(*loaded), true, std::move(keys)};
+}
+
+void Transitions::validate(const ResidencyValueSpec& spec, const ResidentValue& value,
+                                                  const ResidencyLocation& location) const {
+  if (value.type_name() != spec.value_type) {
+    throw ResidencyMaterializationError("Expected " + spec.value_type + ", got " + value.type_name() +
+                                        " (a source or copy returned the wrong value type)");
+  }
+  if (!runtime_.occupies(value, location)) {
+    const auto actual = runtime_.locate(value);
+    throw ResidencyMaterializationError(spec.value_type + " value lives at " +
+                                        (actual ? actual->name() : std::string("mixed or unknown locations")) +
+                                        ", not at " + location.name());
+  }
+  if (value.logical_nbytes() != spec.logical_nbytes) {
+    throw ResidencyMaterializationError("Logical payload size mismatch for " + spec.value_type +
+                                        ": expected=" + std::to_string(spec.logical_nbytes) +
+                                        ", actual=" + std::to_string(value.logical_nbytes()));
+  }
+  const std::int64_t actual_storage = std::max(value.logical_nbytes(), value.storage_nbytes());
+  if (actual_storage > spec.storage_nbytes) {
+    throw ResidencyMaterializationError("Backing-storage charge mismatch: registered charge exceeded by " +
+                                        spec.value_type + "; charge=" + std::to_string(spec.storage_nbytes) +
+                                        ", actual=" + std::to_string(actual_storage));
+  }
+}
+
+}  // namespace fhelium::residency::detail

@@ -1,0 +1,89 @@
+// Transitions: carries out what the transition rules decide for one value.
+//
+// It owns the steps every transition is made of: reconstructing a value from
+// its registered source under a temporary charge, copying it through the
+// runtime, installing a materialization (validated, admitted against the
+// budget, its storage claimed so no other value can alias it), removing one
+// and discarding the value. Each step keeps the value table, its storage
+// index and the location ledger consistent with one another, and bumps the
+// state version for every change it makes. It runs under the state lock of
+// its owner; a source load runs with the gate's loading flag set, so that the
+// load cannot call back into the manager.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "detail/ledger.hpp"
+#include "detail/state_gate.hpp"
+#include "detail/transition_rules.hpp"
+#include "detail/value_table.hpp"
+#include "fhelium/residency/plan.hpp"
+#include "fhelium/residency/runtime.hpp"
+
+namespace fhelium::residency::detail {
+
+class Transitions {
+ public:
+  // `version` is the owner's state version.
+  Transitions(DeviceRuntime& runtime, ValueTable& values, LocationLedger& ledger, StateGate& gate,
+              std::uint64_t& version)
+      : runtime_(runtime), values_(values), ledger_(ledger), gate_(gate), version_(version) {}
+
+  // The runtime's checks of an action's locations and of its transfer stream
+  // (only ensure and move accept one); throws std::invalid_argument.
+  void check_arguments(const ResidencyAction& action, const std::optional<c10::Stream>& stream) const;
+
+  // Decides `action` for `record` with the transition rules, then throws the
+  // error a refusal stands for, or carries the decision out unless it is a
+  // no-op. On a failure part way (a copy or a load that throws) the state is
+  // as before the action: temporary charges are returned, nothing installed.
+  TransitionDecision decide_and_apply(const ResidencyAction& action, ValueRecord& record,
+                                      const std::optional<c10::Stream>& stream);
+
+  // Installs `value` as `record`'s materialization at `location`. An
+  // EXCLUSIVE value may gain a second one only when
+  // `allow_exclusive_transition` (a move, which removes the first next).
+  // `checked_keys`: the value's storage keys when it was already validated and
+  // checked for aliasing at `location` (a load installed where it was made).
+  void install(ValueRecord& record, const ResidencyLocation& location, ResidentValue value,
+               bool allow_exclusive_transition, std::optional<std::vector<StorageKey>> checked_keys = {});
+  // Removes `record`'s materialization at `location`, which exists and is
+  // not protected.
+  void remove(ValueRecord& record, const ResidencyLocation& location);
+  // Registers `location` in the ledger on first use; true when it was new.
+  bool register_location(const ResidencyLocation& location);
+
+  // Throws ResidencyInUseError naming the protection counts when `item` is protected.
+  static void require_removable(const ValueRecord& record, const Materialization& item);
+
+ private:
+  // A value ready to copy from: an existing replica or a freshly loaded one
+  // whose temporary charge is still held at `location`.
+  struct TransferSource {
+    ResidencyLocation location;
+    ResidentValue value;
+    bool temporary = false;
+    std::vector<StorageKey> keys;  // a loaded value's storage keys, checked unaliased
+  };
+
+  void raise_refusal(const ValueRecord& record, const TransitionDecision& decision) const;
+  void apply(ValueRecord& record, const TransitionDecision& decision, const std::optional<c10::Stream>& stream);
+  void discard(ValueRecord& record);
+  void materialize(ValueRecord& record, TransferSource source, const ResidencyLocation& destination,
+                   const std::optional<c10::Stream>& stream, bool allow_exclusive_transition);
+  // Reconstructs the value from its source under a temporary charge at the
+  // source location, held until the returned source is used.
+  TransferSource load(ValueRecord& record);
+  void validate(const ResidencyValueSpec& spec, const ResidentValue& value, const ResidencyLocation& location) const;
+  void bump() { ++version_; }
+
+  DeviceRuntime& runtime_;
+  ValueTable& values_;
+  LocationLedger& ledger_;
+  StateGate& gate_;
+  std::uint64_t& version_;
+};
+
+}  // namespace fhelium::residency::detail
