@@ -156,9 +156,9 @@ TEST(LocationLedger, ShadowStartsPeaksAtTheCurrentChargeAndKeepsTheRealLedger) {
   shadow.add_reserved(CUDA0, 30);
   EXPECT_EQ(shadow.find(CUDA0)->peak_charged_bytes, 50);
   EXPECT_THROW(shadow.check_admission(CUDA0, 51), ResidencyBudgetError);
-  shadow.note_refused_charge(CUDA0, 70);  // a refused dry-run charge still shows in the peak
+  shadow.note_transient_charge(CUDA0, 70);  // a refused dry-run charge still shows in the peak
   EXPECT_EQ(shadow.find(CUDA0)->peak_charged_bytes, 120);
-  shadow.note_refused_charge(CUDA0, std::numeric_limits<std::int64_t>::max());  // unrepresentable: ignored
+  shadow.note_transient_charge(CUDA0, std::numeric_limits<std::int64_t>::max());  // unrepresentable: ignored
   EXPECT_EQ(shadow.find(CUDA0)->peak_charged_bytes, 120);
   EXPECT_EQ(ledger.find(CUDA0)->reserved_bytes, 0);
   EXPECT_EQ(ledger.find(CUDA0)->peak_charged_bytes, 60);

@@ -2,7 +2,6 @@
 #include "detail/dry_run.hpp"
 
 #include <algorithm>
-#include <functional>
 #include <stdexcept>
 #include <unordered_map>
 #include <unordered_set>
@@ -16,6 +15,8 @@ namespace fhelium::residency::detail {
 namespace {
 
 enum class Charge { temporary, used, reserved };
+
+const char* transition() { return "transition"; }
 
 // One action's dry-run result; `reason` explains a refusal, or a no-op when
 // explanations are recorded.
@@ -50,26 +51,27 @@ class Shadow {
 
   // Charges `bytes` at `location` with the ledger's own admission rule; a
   // temporary charge only raises the peak. `what` names the charge in the
-  // reason for a refusal ("transition", "reservation 'kv'").
+  // reason for a refusal ("transition", "reservation 'kv'"); it is read only
+  // then. `prepared`: the location was prepared for this action already.
+  template <class What>
   std::optional<std::string> charge(const ResidencyLocation& location, std::int64_t bytes, Charge kind,
-                                    const std::string& what) {
-    if (auto reason = prepare(location)) return reason;
+                                    const What& what, bool prepared = false) {
+    if (!prepared) {
+      if (auto reason = prepare(location)) return reason;
+    }
     try {
       ledger_.check_admission(location, bytes);
     } catch (const ResidencyBudgetError&) {
       if (!ledger_.find(location)->budget_bytes) {
         // A reservation is named; a transition's charge speaks for itself.
-        return (kind == Charge::reserved ? what + ": " : std::string()) + "charge at " + location.name() +
-               " would exceed the largest representable byte count (INT64_MAX)";
+        return (kind == Charge::reserved ? std::string(what()) + ": " : std::string()) + "charge at " +
+               location.name() + " would exceed the largest representable byte count (INT64_MAX)";
       }
-      ledger_.note_refused_charge(location, bytes);
-      return what + " exceeds budget at " + location.name();
+      ledger_.note_transient_charge(location, bytes);
+      return std::string(what()) + " exceeds budget at " + location.name();
     }
     switch (kind) {
-      case Charge::temporary:
-        ledger_.add_reserved(location, bytes);
-        ledger_.remove_reserved(location, bytes);
-        break;
+      case Charge::temporary: ledger_.note_transient_charge(location, bytes); break;
       case Charge::used: ledger_.add_used(location, bytes); break;
       case Charge::reserved: ledger_.add_reserved(location, bytes); break;
     }
@@ -109,10 +111,9 @@ class ShadowView {
   static const ResidencyLocation& same(const ResidencyLocation& location) { return location; }
 
  public:
-  using Protection = std::function<bool(const Materialization&)>;
-
-  ShadowView(const ValueRecord& record, const ShadowLocations& locations, const Protection& protection)
-      : record_(record), locations_(locations), protection_(protection) {}
+  ShadowView(const ValueRecord& record, const ShadowLocations& locations, const LifetimeTable& lifetimes,
+             DeviceRuntime& runtime)
+      : record_(record), locations_(locations), lifetimes_(lifetimes), runtime_(runtime) {}
 
   const ValueRecord& record() const { return record_; }
   bool resident(const ResidencyLocation& location) const {
@@ -124,7 +125,7 @@ class ShadowView {
   }
   bool protected_at(const ResidencyLocation& location) const {
     const Materialization* item = record_.at(location);
-    return item != nullptr && protection_(*item);
+    return item != nullptr && lifetimes_.still_protects(*item, runtime_);
   }
   std::vector<ResidencyLocation> protected_locations() const {
     return protected_locations_of(locations_, same, [this](const ResidencyLocation& at) { return protected_at(at); });
@@ -133,7 +134,8 @@ class ShadowView {
  private:
   const ValueRecord& record_;
   const ShadowLocations& locations_;
-  const Protection& protection_;
+  const LifetimeTable& lifetimes_;
+  DeviceRuntime& runtime_;
 };
 
 void erase(ShadowLocations& locations, const ResidencyLocation& location) {
@@ -148,14 +150,11 @@ PlanDryRun::Result PlanDryRun::run(const std::vector<const ResidencyAction*>& ac
   Result result;
   result.records.reserve(actions.size());
   Shadow shadow(ledger_, runtime_, ++runs_);
-  const ShadowView::Protection protection = [this](const Materialization& item) {
-    return lifetimes_.still_protects(item, runtime_);
-  };
 
   const auto admit_reservations = [&]() -> std::optional<std::string> {
     for (const auto& reservation : reservations) {
-      if (auto reason = shadow.charge(reservation.location, reservation.nbytes, Charge::reserved,
-                                      "reservation '" + reservation.label + "'")) {
+      const auto what = [&] { return "reservation '" + reservation.label + "'"; };
+      if (auto reason = shadow.charge(reservation.location, reservation.nbytes, Charge::reserved, what)) {
         return reason;
       }
     }
@@ -200,7 +199,7 @@ PlanDryRun::Result PlanDryRun::run(const std::vector<const ResidencyAction*>& ac
     }
 
     ShadowLocations& locations = shadow.locations_of(record);
-    const ShadowView view(record, locations, protection);
+    const ShadowView view(record, locations, lifetimes_, runtime_);
     const TransitionDecision decision = decide_transition(action, view);
     std::optional<std::string> reason;
     if (decision.refused()) {
@@ -216,9 +215,11 @@ PlanDryRun::Result PlanDryRun::run(const std::vector<const ResidencyAction*>& ac
       }
       shadow.discarded.insert(&record);
     } else {
-      if (decision.load) reason = shadow.charge(*decision.source, charge, Charge::temporary, "transition");
+      // The destination is the action's own location, prepared above; a
+      // load's source is the registered one, prepared here.
+      if (decision.load) reason = shadow.charge(*decision.source, charge, Charge::temporary, transition);
       if (!reason && decision.install) {
-        reason = shadow.charge(*decision.destination, charge, Charge::used, "transition");
+        reason = shadow.charge(*decision.destination, charge, Charge::used, transition, true);
         if (!reason) locations.push_back(*decision.destination);
       }
       if (!reason && decision.remove) {

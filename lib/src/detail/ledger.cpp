@@ -92,7 +92,7 @@ LocationLedger LocationLedger::shadow() const {
   return copy;
 }
 
-void LocationLedger::note_refused_charge(const ResidencyLocation& location, std::int64_t bytes) {
+void LocationLedger::note_transient_charge(const ResidencyLocation& location, std::int64_t bytes) {
   LocationAccount& state = account(location);
   std::int64_t total = 0;
   if (__builtin_add_overflow(state.used_bytes + state.reserved_bytes, bytes, &total)) return;

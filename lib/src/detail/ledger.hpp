@@ -54,8 +54,9 @@ class LocationLedger {
   // what the dry run would reach from now on.
   LocationLedger shadow() const;
   // Raises the charged peak of `location` to its charge plus `bytes`, for a
-  // dry-run charge that was refused; nothing when that sum is unrepresentable.
-  void note_refused_charge(const ResidencyLocation& location, std::int64_t bytes);
+  // dry-run charge that is not kept: one refused, or a temporary one returned
+  // at once. Nothing when that sum is unrepresentable.
+  void note_transient_charge(const ResidencyLocation& location, std::int64_t bytes);
 
   const std::vector<LocationAccount>& accounts() const { return accounts_; }
 

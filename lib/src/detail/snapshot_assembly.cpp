@@ -20,7 +20,9 @@ Aggregate& aggregate_of(Aggregates& aggregates, const ResidencyLocation& locatio
   return aggregates[static_cast<std::size_t>(location.ordinal())];
 }
 
-ResidencyValueSnapshot value_snapshot(const ValueRecord& record, Aggregates& aggregates) {
+// Appends the record of `record` to `values`, built in place.
+void add_value_snapshot(std::vector<ResidencyValueSnapshot>& values, const ValueRecord& record,
+                        Aggregates& aggregates) {
   const std::int64_t charge = record.spec.storage_nbytes;
   std::vector<MaterializationSnapshot> materializations;
   materializations.reserve(record.materializations.size());
@@ -41,8 +43,8 @@ ResidencyValueSnapshot value_snapshot(const ValueRecord& record, Aggregates& agg
                 "a discarded value keeps a materialization or a source");
   FHELIUM_CHECK((record.source != nullptr) == record.source_location.has_value(),
                 "source and source location disagree");
-  return ResidencyValueSnapshot(RecordAssembly::key(), record.handle, record.spec, std::move(materializations),
-                                record.source != nullptr, record.source_location, record.discarded);
+  values.emplace_back(RecordAssembly::key(), record.handle, record.spec, std::move(materializations),
+                      record.source != nullptr, record.source_location, record.discarded);
 }
 
 }  // namespace
@@ -53,7 +55,7 @@ ResidencySnapshot assemble_snapshot(const SnapshotSources& sources,
   Aggregates aggregates{};
   std::vector<ResidencyValueSnapshot> values;
   values.reserve(sources.values.size());
-  sources.values.for_each([&](const ValueRecord& record) { values.push_back(value_snapshot(record, aggregates)); });
+  sources.values.for_each([&](const ValueRecord& record) { add_value_snapshot(values, record, aggregates); });
 
   std::vector<ResidencyReservationSnapshot> reservations;
   reservations.reserve(sources.reservations.size());

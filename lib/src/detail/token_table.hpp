@@ -100,6 +100,8 @@ class TokenTable {
  private:
   // The index of live `token`, or items_.size().
   std::size_t locate(std::uint64_t token) const {
+    // The newest lifetime is the one most often ended (taken and released).
+    if (!tokens_.empty() && tokens_.back() == token) return items_.back() ? items_.size() - 1 : items_.size();
     const auto found = std::lower_bound(tokens_.begin(), tokens_.end(), token);
     const auto index = static_cast<std::size_t>(found - tokens_.begin());
     return found != tokens_.end() && *found == token && items_[index] ? index : items_.size();
