@@ -51,9 +51,11 @@ ValueRecord* ValueTable::find(const ResidencyHandle& handle) {
 }
 
 ValueRecord* ValueTable::find_issued_here(const ResidencyHandle& handle) {
-  // Handle ids are decimal serials (at most 19 digits: no overflow).
+  // Handle ids are decimal serials without leading zeros (at most 19
+  // digits: no overflow), so an id that parses to a record's serial is that
+  // record's id, character for character.
   const std::string& id = handle.handle_id;
-  if (id.empty() || id.size() > 19) return nullptr;
+  if (id.empty() || id.size() > 19 || id.front() == '0') return nullptr;
   std::uint64_t serial = 0;
   for (const char digit : id) {
     if (digit < '0' || digit > '9') return nullptr;
@@ -63,9 +65,8 @@ ValueRecord* ValueTable::find_issued_here(const ResidencyHandle& handle) {
   const std::size_t slot = index_by_serial_[serial - 1];
   if (slot == 0) return nullptr;
   ValueRecord& record = record_at(slot - 1);
-  // The serial is the handle id's value, but "01" is not "1".
-  const bool same = record.handle.handle_id == id && record.handle.value_type == handle.value_type;
-  return same ? &record : nullptr;
+  FHELIUM_CHECK(record.handle.handle_id.size() == id.size(), "a record's handle id is not its serial");
+  return record.handle.value_type == handle.value_type ? &record : nullptr;
 }
 
 ValueRecord& ValueTable::lookup(const ResidencyHandle& handle) {
