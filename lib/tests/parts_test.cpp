@@ -481,6 +481,7 @@ TEST(LifetimeTable, APendingLeaseProtectsUntilItsEventsCompleteAndIsReapedOnce) 
   const std::uint64_t lease = table.grant_lease(fixture.both(), CUDA0, stream);
   runtime.enqueue(stream, 100);  // the consumer's kernel
   table.end_reads(lease, true, {runtime.record_event(stream)});
+  EXPECT_EQ(table.pending_lease_count(), 1u);
   EXPECT_EQ(fixture.counts(fixture.first, CUDA0), (std::vector<std::int64_t>{0, 0, 1}));
   const Materialization& item = *fixture.first->at(CUDA0);
   EXPECT_TRUE(table.still_protects(item, runtime));
@@ -489,6 +490,7 @@ TEST(LifetimeTable, APendingLeaseProtectsUntilItsEventsCompleteAndIsReapedOnce) 
   EXPECT_FALSE(table.still_protects(item, runtime));  // it would end at the next reap
   EXPECT_EQ(fixture.counts(fixture.first, CUDA0), (std::vector<std::int64_t>{0, 0, 1}));  // but has not yet
   EXPECT_EQ(table.reap(runtime), 1u);
+  EXPECT_EQ(table.pending_lease_count(), 0u);
   EXPECT_EQ(table.reap(runtime), 0u);
   EXPECT_EQ(fixture.counts(fixture.second, CUDA0), (std::vector<std::int64_t>{0, 0, 0}));
   EXPECT_TRUE(table.empty());
@@ -518,7 +520,10 @@ TEST(LifetimeTable, APendingLeaseWithoutEventsIsNeverReapedAndSynchronizingFinis
   ASSERT_EQ(failures.size(), 1u);
   EXPECT_EQ(fixture.counts(fixture.first, CUDA0), (std::vector<std::int64_t>{0, 0, 1}));
   EXPECT_EQ(table.active_lease_count(), 0u);
+  EXPECT_EQ(table.pending_lease_count(), 1u);
   EXPECT_EQ(table.leases().size(), 1u);
+  table.clear();
+  EXPECT_EQ(table.pending_lease_count(), 0u);
 }
 
 TEST(Ring, KeepsTheLastItemsOldestFirstAndOverwritesSlotsInPlace) {

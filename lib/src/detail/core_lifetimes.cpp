@@ -14,6 +14,7 @@ namespace fhelium::residency::detail {
 std::vector<ResidencyHandle> unique_handles(const std::vector<ResidencyHandle>& handles, const char* what) {
   if (handles.empty()) throw std::invalid_argument(std::string(what) + " needs at least one handle");
   for (const auto& handle : handles) validate_handle(handle);
+  if (handles.size() == 1) return handles;  // the common case: nothing to collapse
   // As in the reference, repeats collapse onto the first occurrence. Most
   // requests are small, where a pairwise scan beats hashing strings.
   constexpr std::size_t scan_limit = 32;
@@ -185,8 +186,6 @@ void ManagerCore::release_lease_locked(std::uint64_t token, bool wait) {
   lifetimes_.finish_pending(token);
   bump_locked();
 }
-
-void ManagerCore::reap_locked() { state_version_ += lifetimes_.reap(*runtime_); }
 
 void ManagerCore::synchronize_pending_locked() {
   state_version_ += lifetimes_.synchronize_pending(*runtime_, [this](const LeaseRecord& lease,

@@ -70,6 +70,7 @@ void LifetimeTable::end_reads(std::uint64_t token, bool pending, std::vector<std
   }
   lease.state = LeaseState::pending;
   lease.events = std::move(events);
+  ++pending_leases_;
 }
 
 void LifetimeTable::finish_pending(std::uint64_t token) {
@@ -81,6 +82,7 @@ void LifetimeTable::finish_pending(std::uint64_t token) {
     item.pending_count -= 1;
   }
   leases_.erase(found);
+  --pending_leases_;
 }
 
 bool LifetimeTable::release_hold(std::uint64_t token) {
@@ -115,7 +117,7 @@ bool LifetimeTable::events_complete(const LeaseRecord& lease, DeviceRuntime& run
   return true;
 }
 
-std::size_t LifetimeTable::reap(DeviceRuntime& runtime) {
+std::size_t LifetimeTable::reap_pending(DeviceRuntime& runtime) {
   std::size_t finished = 0;
   for (auto it = leases_.begin(); it != leases_.end();) {
     const std::uint64_t token = it->first;
@@ -131,6 +133,7 @@ std::size_t LifetimeTable::reap(DeviceRuntime& runtime) {
 
 std::size_t LifetimeTable::synchronize_pending(
     DeviceRuntime& runtime, const std::function<void(const LeaseRecord&, const std::exception&)>& failed) {
+  if (pending_leases_ == 0) return 0;
   std::size_t finished = 0;
   for (auto it = leases_.begin(); it != leases_.end();) {
     const std::uint64_t token = it->first;
@@ -173,6 +176,7 @@ std::size_t LifetimeTable::active_lease_count() const {
 }
 
 void LifetimeTable::clear() {
+  pending_leases_ = 0;
   leases_.clear();
   holds_.clear();
   reservations_.clear();

@@ -53,7 +53,8 @@ class LifetimeTable {
   // query proves nothing. A lease without events never completes this way.
   static bool events_complete(const LeaseRecord& lease, DeviceRuntime& runtime);
   // Finishes every pending lease whose events completed; returns how many.
-  std::size_t reap(DeviceRuntime& runtime);
+  // Inline: the manager reaps on nearly every call, and usually nothing is pending.
+  std::size_t reap(DeviceRuntime& runtime) { return pending_leases_ == 0 ? 0 : reap_pending(runtime); }
   // Waits for every pending lease (its events, or its streams when it has
   // none) and finishes it; a lease whose wait fails stays pending and is
   // reported to `failed`. Returns how many finished.
@@ -67,13 +68,17 @@ class LifetimeTable {
   const TokenTable<HoldRecord>& holds() const { return holds_; }
   const TokenTable<ReservationRecord>& reservations() const { return reservations_; }
   std::size_t active_lease_count() const;
+  std::size_t pending_lease_count() const { return pending_leases_; }
   bool empty() const { return leases_.empty() && holds_.empty() && reservations_.empty(); }
   // Drops every lifetime without touching counts (the manager is closing and
   // drops its records too).
   void clear();
 
  private:
+  std::size_t reap_pending(DeviceRuntime& runtime);
+
   std::uint64_t next_token_ = 1;
+  std::size_t pending_leases_ = 0;
   TokenTable<LeaseRecord> leases_;
   TokenTable<HoldRecord> holds_;
   TokenTable<ReservationRecord> reservations_;

@@ -156,7 +156,7 @@ class ManagerCore {
   std::uint64_t reserve_locked(const ResidencyLocation& location, std::int64_t nbytes, const std::string& label);
   void release_reservation_locked(std::uint64_t token);
   void release_lease_locked(std::uint64_t token, bool wait);
-  void reap_locked();
+  void reap_locked() { state_version_ += lifetimes_.reap(*runtime_); }
   void synchronize_pending_locked();
 
   const std::string manager_id_;
