@@ -185,8 +185,7 @@ class Gate {
 
   void benchmarks(const std::string& path, bool update) {
     const json report = read_json(path);
-    std::map<std::string, json> runs;
-    for (const auto& run : report.at("benchmarks")) runs[run.at("name").get<std::string>()] = run;
+    const std::map<std::string, json> runs = measurements(report);
     const auto ns_per_item = [&](const std::string& name) -> std::optional<double> {
       const auto found = runs.find(name);
       if (found == runs.end() || !found->second.contains("items_per_second")) return std::nullopt;
@@ -226,6 +225,26 @@ class Gate {
  private:
   void add(std::string name, std::string measured, std::string threshold, bool passed) {
     checks_.push_back({std::move(name), std::move(measured), std::move(threshold), passed});
+  }
+
+  // One measurement per benchmark run name. With --benchmark_repetitions the
+  // median of the repetitions stands for the run (the targets are medians);
+  // without, the single run does. Aggregates other than the median (mean,
+  // stddev, the complexity fit) are not measurements and are left out.
+  static std::map<std::string, json> measurements(const json& report) {
+    std::map<std::string, json> runs;
+    std::map<std::string, json> medians;
+    for (const auto& run : report.at("benchmarks")) {
+      if (run.value("run_type", "iteration") != "aggregate") {
+        runs[run.at("name").get<std::string>()] = run;
+      } else if (run.value("aggregate_name", "") == "median") {
+        json median = run;
+        median["run_type"] = "iteration";  // what the fits and the targets read
+        medians[run.value("run_name", run.at("name").get<std::string>())] = std::move(median);
+      }
+    }
+    for (auto& [name, median] : medians) runs[name] = std::move(median);
+    return runs;
   }
 
   // Fits time = c * N^k over the benchmark's sizes; linear means k <= max_exponent.

@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""The gate's reading of benchmark results: with repetitions the median of
+each run is what the targets and the complexity fits see (not the last
+repetition, not the mean); `above` subtracts a share of another benchmark,
+and `or_within_ns_of` passes a target missed outright when the benchmark is
+close enough to its reference.
+
+Usage: gate-benchmarks-test.py RESIDENCY_GATE WORK_DIR"""
+import json
+import pathlib
+import shutil
+import subprocess
+import sys
+
+
+def run(name, ns_per_item, repetition=None, aggregate=None):
+    """One Google Benchmark JSON row measuring `ns_per_item`."""
+    row = {"name": name if aggregate is None else f"{name}_{aggregate}", "run_name": name,
+           "run_type": "iteration" if aggregate is None else "aggregate",
+           "real_time": ns_per_item, "cpu_time": ns_per_item, "time_unit": "ns",
+           "items_per_second": 1e9 / ns_per_item}
+    if repetition is not None:
+        row["repetition_index"] = repetition
+    if aggregate is not None:
+        row["aggregate_name"] = aggregate
+    return row
+
+
+def repeated(name, samples, extra_aggregates=True):
+    """Rows of a benchmark run with --benchmark_repetitions: each repetition,
+    then the aggregates Google Benchmark appends (mean, median, stddev)."""
+    rows = [run(name, value, index) for index, value in enumerate(samples)]
+    ordered = sorted(samples)
+    if extra_aggregates:
+        rows.append(run(name, sum(samples) / len(samples), aggregate="mean"))
+    rows.append(run(name, ordered[len(ordered) // 2], aggregate="median"))
+    return rows
+
+
+def main():
+    gate, work = sys.argv[1], pathlib.Path(sys.argv[2])
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+
+    benchmarks = [run("BM_Reference", 10.0), run("BM_Contention/real_time/threads:1", 100.0),
+                  run("BM_Contention/real_time/threads:4", 100.0 / 1.1)]
+    # Median 200, last repetition 100, mean 233: only the median misses 150.
+    benchmarks += repeated("BM_MedianMisses", [200.0, 400.0, 100.0])
+    # Median 120, last repetition 400: only the median meets 150.
+    benchmarks += repeated("BM_MedianMeets", [120.0, 100.0, 400.0])
+    # 1000 above a 900 load is 100; above half of it, 550.
+    benchmarks += repeated("BM_Ensure", [1000.0, 1000.0, 1000.0]) + repeated("BM_Load", [900.0, 900.0, 900.0])
+    # 300 is above 100 outright, but within 50 of 260 and not of 200.
+    benchmarks += [run("BM_Drop", 300.0), run("BM_CloseRelease", 260.0), run("BM_FarRelease", 200.0)]
+    # Linear in the medians; the last repetitions alone would fit N^2.
+    for size, samples in [(1000, [1e3, 1e4, 1e2]), (10000, [1e4, 1e3, 1e5]), (100000, [1e5, 1e4, 1e6])]:
+        benchmarks += repeated(f"BM_Scan/{size}", samples)
+    (work / "bench.json").write_text(json.dumps({"benchmarks": benchmarks}))
+
+    thresholds = {
+        "required_suites": [], "min_scenarios": 1,
+        "sanitizers": {kind: {"required_suites": []} for kind in ("address", "thread", "fuzz")},
+        "coverage": {"min_line_percent": 0, "min_branch_percent": 0},
+        "swarm": {"min_steps": 0, "fault_kinds": []},
+        "speed": {"baseline_ratios": {}, "tolerance": 2.0},
+        "complexity": {"BM_Scan": {"class": "N", "max_exponent": 1.1}},
+        "contention": {"min_efficiency": 0.8},
+        "data_movement": {"max_ratio": 1.15, "min_bytes": 67108864},
+        "targets": [
+            {"benchmark": "BM_MedianMisses", "max_ns": 150},
+            {"benchmark": "BM_MedianMeets", "max_ns": 150},
+            {"benchmark": "BM_Ensure", "above": "BM_Load", "max_ns": 150},
+            {"benchmark": "BM_Ensure", "above": "BM_Load", "above_share": 0.5, "max_ns": 500},
+            {"benchmark": "BM_Drop", "max_ns": 100, "or_within_ns_of": "BM_CloseRelease", "within_ns": 50},
+            {"benchmark": "BM_Drop", "max_ns": 100, "or_within_ns_of": "BM_FarRelease", "within_ns": 50},
+        ],
+    }
+    (work / "thresholds.json").write_text(json.dumps(thresholds))
+    (work / "testlog.json").write_text("")
+    (work / "replay.json").write_text(json.dumps({"passed": 1, "failed": 0, "fault_coverage": {
+        "never_fired": [], "pairs": [], "never_reached": [], "error_paths": []}}))
+    (work / "coverage.json").write_text(json.dumps({f"{kind}_{field}": value for kind in ("line", "branch")
+                                                     for field, value in (("percent", 100), ("covered", 1),
+                                                                          ("total", 1))}))
+    (work / "swarm.json").write_text(json.dumps({"steps": 1, "runs": 1, "failures": [], "faults_by_kind": {}}))
+
+    log = str(work / "testlog.json")
+    result = subprocess.run([gate, "--build-dir", str(work), "--thresholds", str(work / "thresholds.json"),
+                             "--tests", log, "--asan-tests", log, "--tsan-tests", log, "--fuzz-tests", log,
+                             "--coverage", str(work / "coverage.json"), "--swarm", str(work / "swarm.json")],
+                            capture_output=True, text=True)
+    print(result.stdout, result.stderr, sep="\n")
+    if result.returncode != 1:
+        sys.exit(f"expected exit status 1 (some targets fail), got {result.returncode}")
+    verdict = json.loads((work / "gate-verdict.json").read_text())
+    outcomes = {}
+    for check in verdict["checks"]:
+        outcomes.setdefault(check["name"], []).append((check["passed"], check["measured"]))
+
+    expected = {
+        "target BM_MedianMisses": [(False, "200.0 ns/item")],
+        "target BM_MedianMeets": [(True, "120.0 ns/item")],
+        "target BM_Ensure": [(True, "1000.0 ns/item, 100.0 ns above BM_Load"),
+                             (False, "1000.0 ns/item, 550.0 ns above 0.50 x BM_Load")],
+        "target BM_Drop": [(True, "300.0 ns/item, 40.0 ns above BM_CloseRelease"),
+                           (False, "300.0 ns/item, 100.0 ns above BM_FarRelease")],
+        "complexity BM_Scan": [(True, "O(N^1.00)")],
+        "contention 4 threads": [(True, "1.10x one thread's throughput")],
+    }
+    failures = [f"{name}: expected {want}, got {outcomes.get(name)}" for name, want in expected.items()
+                if outcomes.get(name) != want]
+    if failures:
+        sys.exit("\n".join(failures))
+    print("gate benchmark checks: as expected")
+
+
+if __name__ == "__main__":
+    main()
