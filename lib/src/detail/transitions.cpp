@@ -162,7 +162,7 @@ void Transitions::install(ValueRecord& record, const ResidencyLocation& location
   register_location(location);
   values_.claim(keys, record, location);
   const std::int64_t storage = value.storage_nbytes();
-  record.materializations.emplace_back(location, std::move(value), storage, std::move(keys));
+  record.materializations.emplace_back(location, std::move(value), storage, keys);
   ledger_.add_used(location, record.spec.storage_nbytes);
   bump();
 }
@@ -172,7 +172,7 @@ void Transitions::remove(ValueRecord& record, const ResidencyLocation& location)
   for (auto it = items.begin(); it != items.end(); ++it) {
     if (it->location != location) continue;
     FHELIUM_CHECK(!it->is_protected(), "protected materialization removed");
-    values_.unclaim(it->storage_keys);
+    values_.unclaim({it->storage_keys.begin(), it->storage_keys.size()});
     ledger_.remove_used(location, record.spec.storage_nbytes);
     items.erase(it);
     bump();

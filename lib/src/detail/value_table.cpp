@@ -83,7 +83,7 @@ ValueRecord& ValueTable::lookup(const ResidencyHandle& handle) {
   return *record;
 }
 
-void ValueTable::check_unaliased(const std::vector<StorageKey>& keys) const {
+void ValueTable::check_unaliased(std::span<const StorageKey> keys) const {
   for (const auto& key : keys) {
     if (const StorageIndex::Owner* owner = storage_owners_.find(key)) {
       throw ResidencyOwnershipError("managed materializations must own independent backing storage; storage on " +
@@ -93,7 +93,7 @@ void ValueTable::check_unaliased(const std::vector<StorageKey>& keys) const {
   }
 }
 
-void ValueTable::claim(const std::vector<StorageKey>& keys, const ValueRecord& owner,
+void ValueTable::claim(std::span<const StorageKey> keys, const ValueRecord& owner,
                        const ResidencyLocation& location) {
   for (const auto& key : keys) {
     const bool inserted = storage_owners_.insert(key, StorageIndex::Owner{&owner, location});
@@ -101,7 +101,7 @@ void ValueTable::claim(const std::vector<StorageKey>& keys, const ValueRecord& o
   }
 }
 
-void ValueTable::unclaim(const std::vector<StorageKey>& keys) {
+void ValueTable::unclaim(std::span<const StorageKey> keys) {
   for (const auto& key : keys) {
     const bool erased = storage_owners_.erase(key);
     FHELIUM_CHECK(erased, "storage released that was never claimed");

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -32,14 +33,15 @@ struct Materialization {
   std::int64_t hold_count = 0;
   std::int64_t pending_count = 0;
   ResidentValue value;
-  std::vector<StorageKey> storage_keys;
+  // Kept inline: most values have one storage, and a drop then frees nothing
+  // of the record's own.
+  InlineVector<StorageKey, 1> storage_keys;
 
   Materialization(ResidencyLocation location, ResidentValue&& value, std::int64_t storage_nbytes,
-                  std::vector<StorageKey>&& storage_keys)
-      : location(location),
-        storage_nbytes(storage_nbytes),
-        value(std::move(value)),
-        storage_keys(std::move(storage_keys)) {}
+                  const std::vector<StorageKey>& keys)
+      : location(location), storage_nbytes(storage_nbytes), value(std::move(value)) {
+    for (const StorageKey& key : keys) storage_keys.push_back(key);
+  }
 
   bool is_protected() const { return use_count > 0 || hold_count > 0 || pending_count > 0; }
 };
@@ -87,10 +89,10 @@ class ValueTable {
   }
 
   // Throws ResidencyOwnershipError naming the owner when a key is already managed.
-  void check_unaliased(const std::vector<StorageKey>& keys) const;
+  void check_unaliased(std::span<const StorageKey> keys) const;
   // `owner` is a record of this table.
-  void claim(const std::vector<StorageKey>& keys, const ValueRecord& owner, const ResidencyLocation& location);
-  void unclaim(const std::vector<StorageKey>& keys);
+  void claim(std::span<const StorageKey> keys, const ValueRecord& owner, const ResidencyLocation& location);
+  void unclaim(std::span<const StorageKey> keys);
 
   void clear();
 
