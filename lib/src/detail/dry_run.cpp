@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -15,8 +16,6 @@ namespace fhelium::residency::detail {
 namespace {
 
 enum class Charge { temporary, used, reserved };
-
-const char* transition() { return "transition"; }
 
 // One action's dry-run result; `reason` explains a refusal, or a no-op when
 // explanations are recorded.
@@ -51,11 +50,10 @@ class Shadow {
 
   // Charges `bytes` at `location` with the ledger's own admission rule; a
   // temporary charge only raises the peak. `what` names the charge in the
-  // reason for a refusal ("transition", "reservation 'kv'"); it is read only
-  // then. `prepared`: the location was prepared for this action already.
-  template <class What>
+  // reason for a refusal ("transition", "reservation 'kv'"). `prepared`: the
+  // location was prepared for this action already.
   std::optional<std::string> charge(const ResidencyLocation& location, std::int64_t bytes, Charge kind,
-                                    const What& what, bool prepared = false) {
+                                    std::string_view what, bool prepared = false) {
     if (!prepared) {
       if (auto reason = prepare(location)) return reason;
     }
@@ -64,11 +62,11 @@ class Shadow {
     } catch (const ResidencyBudgetError&) {
       if (!ledger_.find(location)->budget_bytes) {
         // A reservation is named; a transition's charge speaks for itself.
-        return (kind == Charge::reserved ? std::string(what()) + ": " : std::string()) + "charge at " +
+        return (kind == Charge::reserved ? std::string(what) + ": " : std::string()) + "charge at " +
                location.name() + " would exceed the largest representable byte count (INT64_MAX)";
       }
       ledger_.note_transient_charge(location, bytes);
-      return std::string(what()) + " exceeds budget at " + location.name();
+      return std::string(what) + " exceeds budget at " + location.name();
     }
     switch (kind) {
       case Charge::temporary: ledger_.note_transient_charge(location, bytes); break;
@@ -153,7 +151,7 @@ PlanDryRun::Result PlanDryRun::run(const std::vector<const ResidencyAction*>& ac
 
   const auto admit_reservations = [&]() -> std::optional<std::string> {
     for (const auto& reservation : reservations) {
-      const auto what = [&] { return "reservation '" + reservation.label + "'"; };
+      const std::string what = "reservation '" + reservation.label + "'";
       if (auto reason = shadow.charge(reservation.location, reservation.nbytes, Charge::reserved, what)) {
         return reason;
       }
@@ -217,9 +215,9 @@ PlanDryRun::Result PlanDryRun::run(const std::vector<const ResidencyAction*>& ac
     } else {
       // The destination is the action's own location, prepared above; a
       // load's source is the registered one, prepared here.
-      if (decision.load) reason = shadow.charge(*decision.source, charge, Charge::temporary, transition);
+      if (decision.load) reason = shadow.charge(*decision.source, charge, Charge::temporary, "transition");
       if (!reason && decision.install) {
-        reason = shadow.charge(*decision.destination, charge, Charge::used, transition, true);
+        reason = shadow.charge(*decision.destination, charge, Charge::used, "transition", true);
         if (!reason) locations.push_back(*decision.destination);
       }
       if (!reason && decision.remove) {
