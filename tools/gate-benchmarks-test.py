@@ -2,8 +2,9 @@
 """The gate's reading of benchmark results: with repetitions the median of
 each run is what the targets and the complexity fits see (not the last
 repetition, not the mean); `above` subtracts a share of another benchmark,
-and `or_within_ns_of` passes a target missed outright when the benchmark is
-close enough to its reference.
+`or_within_ns_of` passes a target missed outright when the benchmark is
+close enough to its reference, and `ratio_to` bounds a benchmark by a
+multiple of another.
 
 Usage: gate-benchmarks-test.py RESIDENCY_GATE WORK_DIR"""
 import json
@@ -52,6 +53,9 @@ def main():
     benchmarks += repeated("BM_Ensure", [1000.0, 1000.0, 1000.0]) + repeated("BM_Load", [900.0, 900.0, 900.0])
     # 300 is above 100 outright, but within 50 of 260 and not of 200.
     benchmarks += [run("BM_Drop", 300.0), run("BM_CloseRelease", 260.0), run("BM_FarRelease", 200.0)]
+    # 1.02x and 1.00x the raw clone.
+    benchmarks += [run("BM_Large/real_time", 102.0), run("BM_Fair/real_time", 100.0),
+                   run("BM_Clone/real_time", 100.0)]
     # Linear in the medians; the last repetitions alone would fit N^2.
     for size, samples in [(1000, [1e3, 1e4, 1e2]), (10000, [1e4, 1e3, 1e5]), (100000, [1e5, 1e4, 1e6])]:
         benchmarks += repeated(f"BM_Scan/{size}", samples)
@@ -73,6 +77,8 @@ def main():
             {"benchmark": "BM_Ensure", "above": "BM_Load", "above_share": 0.5, "max_ns": 500},
             {"benchmark": "BM_Drop", "max_ns": 100, "or_within_ns_of": "BM_CloseRelease", "within_ns": 50},
             {"benchmark": "BM_Drop", "max_ns": 100, "or_within_ns_of": "BM_FarRelease", "within_ns": 50},
+            {"benchmark": "BM_Large/real_time", "max_ratio": 1.01, "ratio_to": "BM_Clone/real_time"},
+            {"benchmark": "BM_Fair/real_time", "max_ratio": 1.01, "ratio_to": "BM_Clone/real_time"},
         ],
     }
     (work / "thresholds.json").write_text(json.dumps(thresholds))
@@ -104,6 +110,8 @@ def main():
                              (False, "1000.0 ns/item, 550.0 ns above 0.50 x BM_Load")],
         "target BM_Drop": [(True, "300.0 ns/item, 40.0 ns above BM_CloseRelease"),
                            (False, "300.0 ns/item, 100.0 ns above BM_FarRelease")],
+        "target BM_Large/real_time": [(False, "102.0 ns/item = 1.020x BM_Clone/real_time")],
+        "target BM_Fair/real_time": [(True, "100.0 ns/item = 1.000x BM_Clone/real_time")],
         "complexity BM_Scan": [(True, "O(N^1.00)")],
         "contention 4 threads": [(True, "1.10x one thread's throughput")],
     }

@@ -280,16 +280,30 @@ class Gate {
   // An absolute per-item target on this machine class: `max_ns` for
   // `benchmark`, counted above `above` (times `above_share`, the part of each
   // item that is that operation) when given; or, failing that, within
-  // `within_ns` of `or_within_ns_of`.
+  // `within_ns` of `or_within_ns_of`. A target with `ratio_to` instead bounds
+  // the benchmark's time per item by `max_ratio` times that benchmark's.
   template <class Lookup>
   void absolute(const Lookup& ns_per_item, const json& target) {
     const std::string name = target.at("benchmark").get<std::string>();
-    const double max_ns = target.at("max_ns").get<double>();
     const auto value = ns_per_item(name);
     if (!value) {
       add("target " + name, "missing", "present", false);
       return;
     }
+    if (target.contains("ratio_to")) {
+      const std::string base = target.at("ratio_to").get<std::string>();
+      const double max_ratio = target.at("max_ratio").get<double>();
+      const auto base_ns = ns_per_item(base);
+      if (!base_ns) {
+        add("target " + name, "missing " + base, "present", false);
+        return;
+      }
+      const double ratio = *value / *base_ns;
+      add("target " + name, fixed(*value, 1) + " ns/item = " + fixed(ratio, 3) + "x " + base,
+          "<= " + fixed(max_ratio, 3) + "x " + base, ratio <= max_ratio);
+      return;
+    }
+    const double max_ns = target.at("max_ns").get<double>();
     double measured = *value;
     std::string what = fixed(*value, 1) + " ns/item";
     std::string threshold = "<= " + fixed(max_ns, 0) + " ns";
