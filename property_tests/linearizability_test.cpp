@@ -12,6 +12,7 @@
 #include <rapidcheck/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <sstream>
 #include <thread>
 #include <unordered_set>
@@ -159,7 +160,14 @@ std::vector<Event> run_concurrently(Fixture& fixture, const std::vector<std::vec
   ResidencyManager& manager = *fixture.system.manager;
   const auto perform = [&](const Op& op) -> std::string {
     const ResidencyHandle& handle = fixture.system.handles[op.value];
-    if (op.kind == OpKind::snapshot) return observed(manager.snapshot());
+    if (op.kind == OpKind::snapshot) {
+      std::string seen = observed(manager.snapshot());
+      // With broken moves, the observer paces itself so that its snapshots
+      // spread over the mover's run instead of all landing before it starts,
+      // whatever else the machine is doing.
+      if (split_moves) std::this_thread::sleep_for(std::chrono::microseconds(50));
+      return seen;
+    }
     bool no_op = false;
     const std::string outcome = outcome_of([&] {
       if (op.kind == OpKind::ensure) no_op = manager.ensure(handle, op.location).no_op;
@@ -174,7 +182,9 @@ std::vector<Event> run_concurrently(Fixture& fixture, const std::vector<std::vec
           if (item.location != op.location && (!source || item.location < *source)) source = item.location;
         }
         no_op = manager.ensure(handle, op.location).no_op && !source;
-        std::this_thread::yield();
+        // The window another thread can observe: wide enough to be hit on a
+        // busy machine too, where a yield may not let the observer run.
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
         if (source) manager.drop(handle, *source);
       }
     });
