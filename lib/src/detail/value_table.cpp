@@ -1,6 +1,7 @@
 #include "detail/value_table.hpp"
 
 #include <algorithm>
+#include <charconv>
 
 #include "detail/check.hpp"
 #include "fhelium/residency/errors.hpp"
@@ -51,17 +52,13 @@ ValueRecord* ValueTable::find(const ResidencyHandle& handle) {
 }
 
 ValueRecord* ValueTable::find_issued_here(const ResidencyHandle& handle) {
-  // Handle ids are decimal serials without leading zeros (at most 19
-  // digits: no overflow), so an id that parses to a record's serial is that
-  // record's id, character for character.
+  // Handle ids are decimal serials without leading zeros, so an id that
+  // parses to a record's serial is that record's id, character for character.
   const std::string& id = handle.handle_id;
-  if (id.empty() || id.size() > 19 || id.front() == '0') return nullptr;
+  if (id.empty() || id.front() == '0') return nullptr;
   std::uint64_t serial = 0;
-  for (const char digit : id) {
-    if (digit < '0' || digit > '9') return nullptr;
-    serial = serial * 10 + static_cast<std::uint64_t>(digit - '0');
-  }
-  if (serial == 0 || serial > index_by_serial_.size()) return nullptr;
+  const auto [stop, error] = std::from_chars(id.data(), id.data() + id.size(), serial);
+  if (error != std::errc{} || stop != id.data() + id.size() || serial > index_by_serial_.size()) return nullptr;
   const std::size_t slot = index_by_serial_[serial - 1];
   if (slot == 0) return nullptr;
   ValueRecord& record = record_at(slot - 1);
