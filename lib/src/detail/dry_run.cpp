@@ -48,15 +48,18 @@ class Shadow {
     return std::nullopt;
   }
 
-  // Charges `bytes` at `location` with the ledger's own admission rule; a
-  // temporary charge only raises the peak. `what` names the charge in the
-  // reason for a refusal ("transition", "reservation 'kv'"). `prepared`: the
-  // location was prepared for this action already.
+  // Prepares `location`, then admits the charge there.
   std::optional<std::string> charge(const ResidencyLocation& location, std::int64_t bytes, Charge kind,
-                                    std::string_view what, bool prepared = false) {
-    if (!prepared) {
-      if (auto reason = prepare(location)) return reason;
-    }
+                                    std::string_view what) {
+    if (auto reason = prepare(location)) return reason;
+    return admit(location, bytes, kind, what);
+  }
+
+  // Charges `bytes` at the prepared `location` with the ledger's own
+  // admission rule; a temporary charge only raises the peak. `what` names the
+  // charge in the reason for a refusal ("transition", "reservation 'kv'").
+  std::optional<std::string> admit(const ResidencyLocation& location, std::int64_t bytes, Charge kind,
+                                   std::string_view what) {
     try {
       ledger_.check_admission(location, bytes);
     } catch (const ResidencyBudgetError&) {
@@ -217,7 +220,7 @@ PlanDryRun::Result PlanDryRun::run(const std::vector<const ResidencyAction*>& ac
       // load's source is the registered one, prepared here.
       if (decision.load) reason = shadow.charge(*decision.source, charge, Charge::temporary, "transition");
       if (!reason && decision.install) {
-        reason = shadow.charge(*decision.destination, charge, Charge::used, "transition", true);
+        reason = shadow.admit(*decision.destination, charge, Charge::used, "transition");
         if (!reason) locations.push_back(*decision.destination);
       }
       if (!reason && decision.remove) {

@@ -118,16 +118,20 @@ bool LifetimeTable::events_complete(const LeaseRecord& lease, DeviceRuntime& run
 }
 
 std::size_t LifetimeTable::reap_pending(DeviceRuntime& runtime) {
-  std::size_t finished = 0;
+  std::size_t finished = 0, pending = 0;
   for (auto it = leases_.begin(); it != leases_.end();) {
     const std::uint64_t token = it->first;
-    const bool done = it->second.state == LeaseState::pending && events_complete(it->second, runtime);
+    const bool is_pending = it->second.state == LeaseState::pending;
+    const bool done = is_pending && events_complete(it->second, runtime);
+    pending += is_pending ? 1 : 0;
     ++it;  // finishing erases the entry; the iterator has moved past it
     if (done) {
       finish_pending(token);
       ++finished;
     }
   }
+  // The count that lets reap() skip this walk is kept by hand: check it here.
+  FHELIUM_CHECK(pending == pending_leases_ + finished, "pending lease count disagrees with the table");
   return finished;
 }
 
