@@ -238,9 +238,7 @@ class Gate {
       if (run.value("run_type", "iteration") != "aggregate") {
         runs[run.at("name").get<std::string>()] = run;
       } else if (run.value("aggregate_name", "") == "median") {
-        json median = run;
-        median["run_type"] = "iteration";  // what the fits and the targets read
-        medians[run.value("run_name", run.at("name").get<std::string>())] = std::move(median);
+        medians[run.value("run_name", run.at("name").get<std::string>())] = run;
       }
     }
     for (auto& [name, median] : medians) runs[name] = std::move(median);
@@ -251,7 +249,7 @@ class Gate {
   void scaling(const std::map<std::string, json>& runs, const std::string& name, const json& limit) {
     std::vector<std::pair<double, double>> points;
     for (const auto& [run_name, run] : runs) {
-      if (run_name.rfind(name + "/", 0) != 0 || run.value("run_type", "") != "iteration") continue;
+      if (run_name.rfind(name + "/", 0) != 0) continue;  // `runs` holds measurements only
       const double n = std::stod(run_name.substr(name.size() + 1));
       // A benchmark that measures wall time (work on other threads) is fitted on it.
       const bool wall = run_name.find("/real_time") != std::string::npos;
