@@ -7,12 +7,14 @@
 //
 // Run it under callgrind through tools/instruction-counts.sh, which prints a
 // table of instructions per operation; run directly, it only executes the
-// workloads (a smoke test that they still run). With --profile it leaves
+// workloads and checks, outside the counted regions, that each did what it
+// is counted as (so no count is ever of a no-op). With --profile it leaves
 // collection alone, for a profile of one function through callgrind's own
 // --toggle-collect.
 #include <valgrind/callgrind.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <string>
@@ -45,6 +47,19 @@ void count(const std::string& name, std::int64_t operations, const std::function
   std::printf("%s\n", label.c_str());
 }
 
+// Exits with a message when a workload did not do what it is counted as.
+void expect(bool holds, const std::string& what) {
+  if (holds) return;
+  std::fprintf(stderr, "instruction-counts: workload check failed: %s\n", what.c_str());
+  std::exit(1);
+}
+
+std::int64_t used_bytes(const ResidencyManager& manager, const ResidencyLocation& at) {
+  const ResidencySnapshot snapshot = manager.snapshot();
+  const ResidencyLocationSnapshot* location = snapshot.location(at);
+  return location == nullptr ? 0 : location->used_bytes;
+}
+
 std::vector<ResidentValue> fresh_values(std::int64_t count_of) {
   const at::Tensor original = template_tensor();
   std::vector<ResidentValue> values;
@@ -69,12 +84,15 @@ void source_workloads() {
   count("register_source", batch, [&] {
     for (std::int64_t i = 0; i < batch; ++i) handles.push_back(manager->register_source(source_spec(), source));
   });
+  expect(manager->snapshot().values.size() == static_cast<std::size_t>(batch), "register_source registers each");
   count("ensure_from_source", batch, [&] {
     for (const auto& handle : handles) manager->ensure(handle, PAGEABLE_HOST);
   });
+  expect(used_bytes(*manager, PAGEABLE_HOST) == batch * source_spec().storage_nbytes, "each ensure loads");
   count("drop", batch, [&] {
     for (const auto& handle : handles) manager->drop(handle, PAGEABLE_HOST);
   });
+  expect(used_bytes(*manager, PAGEABLE_HOST) == 0, "each drop releases");
 }
 
 void value_workloads() {
@@ -84,19 +102,24 @@ void value_workloads() {
     count("adopt", batch, [&] {
       for (auto& value : values) manager->adopt(std::move(value), PAGEABLE_HOST);
     });
+    expect(used_bytes(*manager, PAGEABLE_HOST) == batch * source_spec().storage_nbytes, "each adopt charges");
   }
   {
     auto manager = fresh_manager();
     const std::vector<ResidencyHandle> one{manager->adopt(fresh_values(1)[0])};
+    const std::uint64_t version = manager->state_version();
     count("acquire_release", batch, [&] {
       for (std::int64_t i = 0; i < batch; ++i) manager->acquire(one, PAGEABLE_HOST).release();
     });
+    expect(manager->state_version() == version + 2 * static_cast<std::uint64_t>(batch),
+           "each acquire and release changes the state");
   }
   for (const std::int64_t values : {1000, 10000, 100000}) {
     auto manager = fresh_manager();
     for (auto& value : fresh_values(values)) manager->adopt(std::move(value));
     manager->snapshot();  // the first one warms the allocator
     count("snapshot/" + std::to_string(values), values, [&] { ResidencySnapshot snapshot = manager->snapshot(); });
+    expect(manager->snapshot().values.size() == static_cast<std::size_t>(values), "the snapshot holds every value");
   }
 }
 
@@ -119,9 +142,13 @@ void plan_workloads() {
   std::vector<ResidencyAction> actions;
   auto manager = mixed_plan(actions);
   const ResidencyPlan plan{"mixed", actions};
-  manager->explain(plan);
+  const ResidencyPlanExplanation explained = manager->explain(plan);
+  expect(explained.feasible && explained.actions.size() == actions.size(), "the plan is feasible and explained whole");
+  for (const auto& action : explained.actions) expect(!action.no_op, "no action of the plan is a no-op");
   count("explain", batch, [&] { ResidencyPlanExplanation explanation = manager->explain(plan); });
   count("execute_actions", batch, [&] { ResidencyPlanReport report = manager->execute_actions(actions, "mixed"); });
+  // Half the values loaded, half dropped.
+  expect(used_bytes(*manager, PAGEABLE_HOST) == batch / 2 * source_spec().storage_nbytes, "the plan ran whole");
 }
 
 }  // namespace

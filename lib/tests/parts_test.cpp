@@ -797,6 +797,11 @@ TEST(PlanDryRun, PredictsPeaksAndRefusalsWithoutTouchingTheState) {
   // A reservation admitted first leaves no room for either ensure.
   const auto reserved = fixture.dry_run.run({&ensure_first}, {MemoryReservation(CUDA0, 4, "kv")}, 0, nullptr);
   EXPECT_EQ(reserved.failure, "transition exceeds budget at " + CUDA0.name());
+  // A location first used by the plan is registered in the shadow only.
+  const ResidencyAction ensure_elsewhere = EnsureResident{second.handle, CUDA1};
+  const auto elsewhere = fixture.dry_run.run({&ensure_elsewhere}, {}, 0, nullptr);
+  EXPECT_FALSE(elsewhere.failure.has_value());
+  EXPECT_EQ(peak_at(elsewhere, CUDA1), 8);
   // A value discarded earlier in the plan is refused like an unknown one.
   const auto discarded = fixture.dry_run.run({&discard_first, &ensure_first}, {}, 0, nullptr);
   EXPECT_EQ(discarded.failure, "value '" + first.handle.handle_id + "' is discarded");

@@ -72,10 +72,8 @@ TransitionDecision Transitions::decide_and_apply(const ResidencyAction& action, 
   return decision;
 }
 
-bool Transitions::register_location(const ResidencyLocation& location) {
-  const bool added = ledger_.register_location(location);
-  if (added) bump();
-  return added;
+void Transitions::register_location(const ResidencyLocation& location) {
+  if (ledger_.register_location(location)) bump();
 }
 
 void Transitions::raise_refusal(const ValueRecord& record, const TransitionDecision& decision) const {

@@ -52,13 +52,13 @@ class Transitions {
   // Removes `record`'s materialization at `location`, which exists and is
   // not protected.
   void remove(ValueRecord& record, const ResidencyLocation& location);
-  // Registers `location` in the ledger on first use; true when it was new.
-  bool register_location(const ResidencyLocation& location);
+  // Registers `location` in the ledger on first use (a change: it bumps).
+  void register_location(const ResidencyLocation& location);
 
+ private:
   // Throws ResidencyInUseError naming the protection counts when `item` is protected.
   static void require_removable(const ValueRecord& record, const Materialization& item);
 
- private:
   // A value ready to copy from: an existing replica or a freshly loaded one
   // whose temporary charge is still held at `location`.
   struct TransferSource {
