@@ -66,6 +66,48 @@ TEST_F(PlanFixture, EachActionOfAPlanOrScopeActsOnItsOwnValue) {
   EXPECT_EQ(resident_at(manager, a), std::vector<ResidencyLocation>{PAGEABLE_HOST});
 }
 
+// The manager builds its reports, explanations and snapshots through the
+// unchecked (trusted) constructors: every record it builds must be one the
+// checked constructors accept. Rebuilding each through them is the check
+// (they throw on a broken rule: negative bytes, storage below logical bytes,
+// completion before start, aggregates that disagree with the values).
+TEST_F(PlanFixture, RecordsTheManagerBuildsPassTheirCheckedConstructors) {
+  const std::vector<ResidencyAction> actions{MoveResident{a, CUDA0, {}}, EnsureResident{a, CUDA0},
+                                             MoveResident{b, CUDA1, {}}, MoveResident{b, PAGEABLE_HOST, CUDA1},
+                                             DropResident{c, CUDA1}, DiscardValue{c}};
+  const ResidencyPlanExplanation explanation = manager.explain(ResidencyPlan{"records", {}, actions});
+  ASSERT_EQ(explanation.actions.size(), actions.size()) << explanation.reason.value_or("");
+  for (const auto& item : explanation.actions) {
+    EXPECT_NO_THROW(ResidencyActionExplanation(item.action, item.executable, item.no_op, item.source,
+                                               item.destination, item.logical_nbytes, item.storage_nbytes,
+                                               item.reason));
+  }
+  const ResidencyPlanReport report = manager.execute_actions(actions, "records");
+  ASSERT_EQ(report.transitions.size(), actions.size());
+  for (const auto& item : report.transitions) {
+    EXPECT_NO_THROW(ResidencyTransitionReport(
+        item.action, item.no_op, item.source, item.destination, item.logical_nbytes, item.storage_nbytes,
+        item.started_at_ns, item.completed_at_ns, item.allocator_device, item.allocator_allocated_bytes_before,
+        item.allocator_reserved_bytes_before, item.allocator_allocated_bytes_after,
+        item.allocator_reserved_bytes_after, item.reason));
+  }
+  const ResidencyLease lease = manager.acquire({a}, CUDA0, fixture.runtime->stream(0, 1));
+  const ResidencySnapshot snapshot = manager.snapshot();
+  ASSERT_EQ(snapshot.value(a)->at(CUDA0)->use_count, 1);
+  std::vector<ResidencyValueSnapshot> values;
+  for (const auto& value : snapshot.values) {
+    std::vector<MaterializationSnapshot> materializations;
+    for (const auto& item : value.materializations) {
+      materializations.emplace_back(item.location, item.logical_nbytes, item.storage_nbytes, item.charged_nbytes,
+                                    item.use_count, item.hold_count, item.pending_event_count);
+    }
+    values.emplace_back(value.handle, value.spec, std::move(materializations), value.has_source,
+                        value.source_location, value.discarded);
+  }
+  EXPECT_NO_THROW(ResidencySnapshot(snapshot.manager_id, snapshot.state_version, std::move(values),
+                                    snapshot.locations, snapshot.reservations, snapshot.captured_at_ns));
+}
+
 TEST_F(PlanFixture, ReservationsChangedAfterConstructionAreArgumentErrorsBeforeAnyChange) {
   for (const bool negative : {true, false}) {
     ResidencyPlan plan{"bad", {MoveResident{a, CUDA0, {}}}, {}, {MemoryReservation(CUDA0, 8, "workspace")}};
