@@ -81,7 +81,7 @@ MaterializationSnapshot::MaterializationSnapshot(ResidencyLocation location_, st
 }
 
 ResidencyValueSnapshot::ResidencyValueSnapshot(ResidencyHandle handle_, ResidencyValueSpec spec_,
-                                               std::vector<MaterializationSnapshot> materializations_,
+                                               InlineVector<MaterializationSnapshot, 1> materializations_,
                                                bool has_source_, std::optional<ResidencyLocation> source_location_,
                                                bool discarded_)
     : handle(std::move(handle_)),

@@ -151,6 +151,9 @@ TEST(Concurrency, RandomOperationsKeepSnapshotsConsistent) {
   std::vector<std::thread> workers;
   for (int worker = 0; worker < 4; ++worker) {
     workers.emplace_back([&, worker] {
+      // Start once the checker is snapshotting, so its snapshots overlap the
+      // work however the threads are scheduled.
+      while (snapshots.load() == 0) std::this_thread::yield();
       std::mt19937 random(static_cast<unsigned>(worker) + 17u);
       const std::vector<ResidencyLocation> places{PAGEABLE_HOST, PINNED_HOST, CUDA0, CUDA1};
       for (int step = 0; step < 400; ++step) {

@@ -17,7 +17,6 @@
 #include <vector>
 
 #include "detail/dry_run.hpp"
-#include "detail/inline_vector.hpp"
 #include "detail/ledger.hpp"
 #include "detail/lifetime_table.hpp"
 #include "detail/ring.hpp"
@@ -29,6 +28,7 @@
 #include "detail/transitions.hpp"
 #include "detail/value_table.hpp"
 #include "fhelium/residency/errors.hpp"
+#include "fhelium/residency/inline_vector.hpp"
 #include "fhelium/harness/simulated_runtime.hpp"
 
 namespace fhelium::residency::detail {

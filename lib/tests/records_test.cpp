@@ -45,6 +45,57 @@ TEST(Records, ValueSnapshotRules) {
   EXPECT_NO_THROW(ResidencyValueSnapshot(handle, spec, {}, false, std::nullopt, true));
 }
 
+// A value's materializations live in an InlineVector: copies are deep
+// whether the elements are inline or spilled, and equality is by element.
+TEST(Records, ValueSnapshotMaterializationsCopyDeepAndCompareByElement) {
+  using Materializations = InlineVector<MaterializationSnapshot, 1>;
+  const MaterializationSnapshot host = materialization(PAGEABLE_HOST);
+  const MaterializationSnapshot pinned = materialization(PINNED_HOST);
+  const MaterializationSnapshot device = materialization(cuda_location(0));
+  Materializations many{host, pinned, device};
+  ASSERT_TRUE(many.spilled());
+  Materializations copy(many);
+  EXPECT_TRUE(copy.spilled());
+  EXPECT_NE(copy.data(), many.data());
+  EXPECT_EQ(copy, many);
+  copy[1].use_count = 4;  // a copy owns its elements
+  EXPECT_EQ(many[1].use_count, 0);
+  EXPECT_FALSE(copy == many);
+  copy = many;
+  EXPECT_EQ(copy, many);
+  const Materializations& same = copy;
+  copy = same;  // self-assignment keeps the elements
+  EXPECT_EQ(copy, many);
+
+  // Equality ignores where the elements live, and sizes must match.
+  Materializations one{host};
+  Materializations roomy;
+  roomy.reserve(4);
+  roomy.push_back(host);
+  EXPECT_TRUE(roomy.spilled());
+  EXPECT_FALSE(one.spilled());
+  EXPECT_EQ(roomy, one);
+  EXPECT_FALSE(one == many);
+  EXPECT_FALSE(Materializations{} == one);
+
+  // A std::vector converts, copied or moved, keeping order.
+  const std::vector<MaterializationSnapshot> listed{host, pinned, device};
+  EXPECT_EQ(Materializations(listed), many);
+  EXPECT_EQ(Materializations(std::vector<MaterializationSnapshot>(listed)), many);
+  EXPECT_EQ(many.to_vector(), listed);
+
+  // A record copied out of a snapshot outlives it.
+  std::optional<ResidencyValueSnapshot> kept;
+  {
+    const ResidencyValueSnapshot value(handle, spec, listed, false, std::nullopt, false);
+    kept = value;
+    EXPECT_EQ(*kept, value);
+  }
+  ASSERT_EQ(kept->materializations.size(), 3u);
+  EXPECT_EQ(kept->materializations[2].location, cuda_location(0));
+  EXPECT_EQ(kept->at(PINNED_HOST), &kept->materializations[1]);
+}
+
 TEST(Records, ReservationSnapshotRules) {
   EXPECT_NO_THROW(ResidencyReservationSnapshot(PINNED_HOST, 0, "x"));
   EXPECT_THROW(ResidencyReservationSnapshot(PINNED_HOST, -1, "x"), std::invalid_argument);

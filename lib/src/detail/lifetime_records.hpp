@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "detail/inline_vector.hpp"
 #include "detail/value_table.hpp"
+#include "fhelium/residency/inline_vector.hpp"
 #include "fhelium/residency/location.hpp"
 #include "fhelium/residency/runtime.hpp"
 

@@ -35,7 +35,6 @@
 #include <vector>
 
 #include "detail/dry_run.hpp"
-#include "detail/inline_vector.hpp"
 #include "detail/ledger.hpp"
 #include "detail/lifetime_records.hpp"
 #include "detail/lifetime_table.hpp"
@@ -45,6 +44,7 @@
 #include "detail/transition_rules.hpp"
 #include "detail/transitions.hpp"
 #include "detail/value_table.hpp"
+#include "fhelium/residency/inline_vector.hpp"
 #include "fhelium/residency/manager.hpp"
 #include "fhelium/residency/runtime.hpp"
 #include "fhelium/residency/value.hpp"

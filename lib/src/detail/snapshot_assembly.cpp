@@ -35,7 +35,7 @@ void add_value_snapshot(std::vector<ResidencyValueSnapshot>& values, const Value
                                                    ahead * sizeof(ResidencyValueSnapshot)),
                      1);
   const std::int64_t charge = record.spec.storage_nbytes;
-  std::vector<MaterializationSnapshot> materializations;
+  InlineVector<MaterializationSnapshot, 1> materializations;
   materializations.reserve(record.materializations.size());
   for (const auto& item : record.materializations) {
     // What the checked constructor would refuse, the manager never records.

@@ -15,8 +15,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "detail/inline_vector.hpp"
 #include "detail/storage_index.hpp"
+#include "fhelium/residency/inline_vector.hpp"
 #include "fhelium/residency/location.hpp"
 #include "fhelium/residency/model.hpp"
 #include "fhelium/residency/value.hpp"

@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "fhelium/residency/inline_vector.hpp"
 #include "fhelium/residency/location.hpp"
 #include "fhelium/residency/model.hpp"
 #include "fhelium/residency/plan.hpp"
@@ -71,16 +72,17 @@ struct MaterializationSnapshot {
 struct ResidencyValueSnapshot {
   ResidencyHandle handle;
   ResidencyValueSpec spec;
-  std::vector<MaterializationSnapshot> materializations;
+  // Nearly every value has at most one: it is kept inside the record.
+  InlineVector<MaterializationSnapshot, 1> materializations;
   bool has_source;
   std::optional<ResidencyLocation> source_location;
   bool discarded;
 
   ResidencyValueSnapshot(ResidencyHandle handle, ResidencyValueSpec spec,
-                         std::vector<MaterializationSnapshot> materializations, bool has_source,
+                         InlineVector<MaterializationSnapshot, 1> materializations, bool has_source,
                          std::optional<ResidencyLocation> source_location, bool discarded);
   ResidencyValueSnapshot(TrustedRecordKey, const ResidencyHandle& handle, const ResidencyValueSpec& spec,
-                         std::vector<MaterializationSnapshot>&& materializations, bool has_source,
+                         InlineVector<MaterializationSnapshot, 1>&& materializations, bool has_source,
                          std::optional<ResidencyLocation> source_location, bool discarded)
       : handle(handle),
         spec(spec),

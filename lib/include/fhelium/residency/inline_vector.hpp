@@ -1,21 +1,24 @@
 // InlineVector: a contiguous sequence that keeps its first N elements inside
-// the object and spills to the heap only beyond them. A value record holds
-// its materializations in one, so the common record (one materialization)
-// is one block of memory, read in one sweep by snapshots and lookups.
+// the object and spills to the heap only beyond them.
 //
-// Only what the value table needs: append, erase in place, iteration. Not
-// copyable; moving transfers the heap block or moves the inline elements.
+// Snapshots hold each value's materializations in one: nearly every value
+// has at most one, so a snapshot of many values is built, copied and freed
+// without one heap block per value. The manager's value records use it the
+// same way. It reads like a std::vector (size, indexing, iteration over
+// pointers, push_back, equality) and converts from one, so code written
+// against a vector of records keeps working.
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
-#include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <new>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
-namespace fhelium::residency::detail {
+namespace fhelium::residency {
 
 template <class T, std::size_t N>
 class InlineVector {
@@ -23,11 +26,34 @@ class InlineVector {
   static_assert(std::is_nothrow_move_constructible_v<T>, "elements are moved when the buffer grows");
 
  public:
+  using value_type = T;
+  using size_type = std::size_t;
+  using difference_type = std::ptrdiff_t;
+  using reference = T&;
+  using const_reference = const T&;
+  using pointer = T*;
+  using const_pointer = const T*;
+  using iterator = T*;
+  using const_iterator = const T*;
+
   // User-provided, so that value-initialization leaves the inline buffer
   // alone instead of zeroing it.
   InlineVector() noexcept {}
-  InlineVector(const InlineVector&) = delete;
-  InlineVector& operator=(const InlineVector&) = delete;
+  InlineVector(std::initializer_list<T> items) { assign(items.begin(), items.end()); }
+  // Implicit, so a std::vector of elements passes where an InlineVector is taken.
+  InlineVector(const std::vector<T>& items) { assign(items.begin(), items.end()); }
+  InlineVector(std::vector<T>&& items) {
+    reserve(items.size());
+    for (T& item : items) emplace_back(std::move(item));
+  }
+  InlineVector(const InlineVector& other) { assign(other.begin(), other.end()); }
+  InlineVector& operator=(const InlineVector& other) {
+    if (this != &other) {
+      InlineVector copy(other);
+      *this = std::move(copy);
+    }
+    return *this;
+  }
   InlineVector(InlineVector&& other) noexcept { take(std::move(other)); }
   InlineVector& operator=(InlineVector&& other) noexcept {
     if (this != &other) {
@@ -42,12 +68,18 @@ class InlineVector {
     release();
   }
 
+  T* data() noexcept { return data_; }
+  const T* data() const noexcept { return data_; }
   T* begin() noexcept { return data_; }
   T* end() noexcept { return data_ + size_; }
   const T* begin() const noexcept { return data_; }
   const T* end() const noexcept { return data_ + size_; }
+  const T* cbegin() const noexcept { return data_; }
+  const T* cend() const noexcept { return data_ + size_; }
   std::size_t size() const noexcept { return size_; }
+  std::size_t capacity() const noexcept { return capacity_; }
   bool empty() const noexcept { return size_ == 0; }
+  // Whether the elements live in a heap block rather than inside the object.
   bool spilled() const noexcept { return data_ != inline_data(); }
   T& operator[](std::size_t index) noexcept { return data_[index]; }
   const T& operator[](std::size_t index) const noexcept { return data_[index]; }
@@ -55,6 +87,11 @@ class InlineVector {
   const T& front() const noexcept { return data_[0]; }
   T& back() noexcept { return data_[size_ - 1]; }
   const T& back() const noexcept { return data_[size_ - 1]; }
+
+  // Makes room for `capacity` elements; never shrinks.
+  void reserve(std::size_t capacity) {
+    if (capacity > capacity_) grow(capacity);
+  }
 
   // Taken by value, so an element of this vector may be appended.
   void push_back(T value) {
@@ -89,9 +126,22 @@ class InlineVector {
     size_ = 0;
   }
 
+  std::vector<T> to_vector() const { return std::vector<T>(begin(), end()); }
+
+  friend bool operator==(const InlineVector& left, const InlineVector& right) {
+    return std::equal(left.begin(), left.end(), right.begin(), right.end());
+  }
+
  private:
   T* inline_data() noexcept { return std::launder(reinterpret_cast<T*>(inline_)); }
   const T* inline_data() const noexcept { return std::launder(reinterpret_cast<const T*>(inline_)); }
+
+  // Appends [first, last) to an empty vector, in one block when it spills.
+  template <class It>
+  void assign(It first, It last) {
+    reserve(static_cast<std::size_t>(std::distance(first, last)));
+    for (; first != last; ++first) emplace_back(*first);
+  }
 
   void grow(std::size_t capacity) {
     T* fresh = static_cast<T*>(::operator new(capacity * sizeof(T), std::align_val_t(alignof(T))));
@@ -132,4 +182,4 @@ class InlineVector {
   alignas(T) unsigned char inline_[N * sizeof(T)];
 };
 
-}  // namespace fhelium::residency::detail
+}  // namespace fhelium::residency
