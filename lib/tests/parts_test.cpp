@@ -63,7 +63,7 @@ struct FakeView {
 
 FakeView view(ReplicaMode mode, bool with_source, std::vector<ResidencyLocation> locations,
               std::set<ResidencyLocation> protected_places = {}) {
-  ValueRecord record{ResidencyHandle{"m", "1", "T"},
+  ValueRecord record{1,
                      ResidencyValueSpec("T", 64, 64, mode,
                                         with_source ? Recoverability::reconstructible : Recoverability::must_preserve),
                      nullptr, std::nullopt, false, {}, 0, {}};
@@ -368,7 +368,7 @@ TEST(ValueTable, RecordsStayPutAcrossChunksAndRollbackNeverReissuesAHandle) {
   for (int index = 0; index < 700; ++index) {  // crosses two chunk boundaries
     ValueRecord& record = table.add(blob_spec(), nullptr, std::nullopt);
     addresses.push_back(&record);
-    handles.push_back(record.handle);
+    handles.push_back(table.handle_of(record));
   }
   for (std::size_t index = 0; index < handles.size(); ++index) {
     ASSERT_EQ(table.find(handles[index]), addresses[index]) << index;
@@ -382,8 +382,8 @@ TEST(ValueTable, RecordsStayPutAcrossChunksAndRollbackNeverReissuesAHandle) {
   EXPECT_EQ(table.size(), 512u);
   EXPECT_EQ(table.find(handles[600]), nullptr);
   ValueRecord& next = table.add(blob_spec(), nullptr, std::nullopt);
-  EXPECT_EQ(next.handle.handle_id, "701");
-  EXPECT_EQ(table.find(next.handle), &next);
+  EXPECT_EQ(table.handle_of(next).handle_id, "701");
+  EXPECT_EQ(table.find(table.handle_of(next)), &next);
   EXPECT_EQ(table.find(handles[511]), addresses[511]);
   EXPECT_EQ(table.find(ResidencyHandle{"m", "0", "Blob"}), nullptr);
   EXPECT_EQ(table.find(ResidencyHandle{"m", "99999", "Blob"}), nullptr);
@@ -626,6 +626,30 @@ TEST(SnapshotAssembly, BuildsTheRecordsTheCheckedConstructorsWouldAndCountsEachL
   EXPECT_EQ(fixture.sampled[0], CUDA0.device());
 }
 
+// Snapshot handle ids are counted up from the previous record's: across
+// every carry (9 -> 10, 99 -> 100, 999 -> 1000) and after a serial that a
+// rolled-back adopt never handed out, each must still be the record's own.
+TEST(SnapshotAssembly, HandleIdsAreEachRecordsSerialAcrossCarriesAndGaps) {
+  AssemblyFixture fixture;  // serials 1..3
+  for (int index = 0; index < 1200; ++index) {
+    fixture.values.add(blob_spec(), nullptr, std::nullopt).discarded = true;
+    if (index == 5 || index == 95 || index == 996) fixture.values.remove_last();  // 9, 99 and 1000 are skipped
+  }
+  std::vector<std::string> issued;
+  fixture.values.for_each([&](const ValueRecord& record) { issued.push_back(fixture.values.handle_of(record).handle_id); });
+  const ResidencySnapshot snapshot = fixture.assemble();
+  ASSERT_EQ(snapshot.values.size(), issued.size());
+  for (std::size_t index = 0; index < issued.size(); ++index) {
+    ASSERT_EQ(snapshot.values[index].handle, (ResidencyHandle{"m", issued[index], "Blob"})) << index;
+    ASSERT_NE(fixture.values.find(snapshot.values[index].handle), nullptr) << index;
+  }
+  EXPECT_EQ(issued[7], "8");
+  EXPECT_EQ(issued[8], "10");
+  EXPECT_EQ(issued[97], "100");
+  EXPECT_EQ(issued[997], "1001");
+  EXPECT_EQ(issued.back(), "1203");
+}
+
 TEST(SnapshotAssemblyDeathTest, ALedgerThatDisagreesWithTheMaterializationsIsABug) {
   AssemblyFixture fixture;
   fixture.ledger.add_used(PAGEABLE_HOST, 1);  // a charge no materialization accounts for
@@ -659,6 +683,8 @@ struct EngineFixture {
   PlanDryRun dry_run{runtime, values, ledger, lifetimes};
 
   EngineFixture() { ledger.add_budget(CUDA0, 8); }
+
+  ResidencyHandle handle(const ValueRecord& record) const { return values.handle_of(record); }
 
   ValueRecord& adopt(std::int64_t start, ReplicaMode mode = ReplicaMode::replicable) {
     ValueRecord& record =
@@ -712,7 +738,7 @@ TEST(Transitions, ReconstructsUnderATemporaryChargeWhileTheGateRefusesEveryCall)
       },
       PAGEABLE_HOST);
   const TransitionDecision decision =
-      fixture.transitions.decide_and_apply(EnsureResident{record.handle, CUDA0}, record, std::nullopt);
+      fixture.transitions.decide_and_apply(EnsureResident{fixture.handle(record), CUDA0}, record, std::nullopt);
   EXPECT_TRUE(decision.load);
   EXPECT_EQ(entry_during_load, StateGate::Entry::refused_loading);
   EXPECT_EQ(reserved_during_load, 8);
@@ -735,19 +761,19 @@ TEST(Transitions, AFailedOrRefusedTransitionLeavesTheStateAsItWas) {
       },
       PAGEABLE_HOST);
   const std::uint64_t version = fixture.version;
-  EXPECT_THROW(fixture.transitions.decide_and_apply(EnsureResident{loaded.handle, CUDA0}, loaded, std::nullopt),
+  EXPECT_THROW(fixture.transitions.decide_and_apply(EnsureResident{fixture.handle(loaded), CUDA0}, loaded, std::nullopt),
                std::runtime_error);
   fail = false;
-  EXPECT_THROW(fixture.transitions.decide_and_apply(EnsureResident{loaded.handle, CUDA0}, loaded, std::nullopt),
+  EXPECT_THROW(fixture.transitions.decide_and_apply(EnsureResident{fixture.handle(loaded), CUDA0}, loaded, std::nullopt),
                ResidencyOwnershipError);
   // A move whose source is protected, and one the budget cannot admit.
   held.at(PAGEABLE_HOST)->hold_count = 1;
-  EXPECT_THROW(fixture.transitions.decide_and_apply(MoveResident{held.handle, CUDA0, std::nullopt}, held,
+  EXPECT_THROW(fixture.transitions.decide_and_apply(MoveResident{fixture.handle(held), CUDA0, std::nullopt}, held,
                                                     std::nullopt),
                ResidencyInUseError);
   held.at(PAGEABLE_HOST)->hold_count = 0;
   fixture.ledger.add_reserved(CUDA0, 1);
-  EXPECT_THROW(fixture.transitions.decide_and_apply(MoveResident{held.handle, CUDA0, std::nullopt}, held,
+  EXPECT_THROW(fixture.transitions.decide_and_apply(MoveResident{fixture.handle(held), CUDA0, std::nullopt}, held,
                                                     std::nullopt),
                ResidencyBudgetError);
   fixture.ledger.remove_reserved(CUDA0, 1);
@@ -757,7 +783,7 @@ TEST(Transitions, AFailedOrRefusedTransitionLeavesTheStateAsItWas) {
   EXPECT_TRUE(loaded.materializations.empty());
   ASSERT_EQ(held.materializations.size(), 1u);
   // Admitted, the move installs at the destination and removes the source.
-  fixture.transitions.decide_and_apply(MoveResident{held.handle, CUDA0, std::nullopt}, held, std::nullopt);
+  fixture.transitions.decide_and_apply(MoveResident{fixture.handle(held), CUDA0, std::nullopt}, held, std::nullopt);
   EXPECT_EQ(fixture.used(CUDA0), 8);
   EXPECT_EQ(fixture.used(PAGEABLE_HOST), 8);  // `other` only
   ASSERT_EQ(held.materializations.size(), 1u);
@@ -769,10 +795,10 @@ TEST(PlanDryRun, PredictsPeaksAndRefusalsWithoutTouchingTheState) {
   ValueRecord& first = fixture.adopt(1);
   ValueRecord& second = fixture.adopt(2);
   const std::uint64_t version = fixture.version;
-  const ResidencyAction ensure_first = EnsureResident{first.handle, CUDA0};
-  const ResidencyAction drop_first = DropResident{first.handle, CUDA0};
-  const ResidencyAction ensure_second = EnsureResident{second.handle, CUDA0};
-  const ResidencyAction discard_first = DiscardValue{first.handle};
+  const ResidencyAction ensure_first = EnsureResident{fixture.handle(first), CUDA0};
+  const ResidencyAction drop_first = DropResident{fixture.handle(first), CUDA0};
+  const ResidencyAction ensure_second = EnsureResident{fixture.handle(second), CUDA0};
+  const ResidencyAction discard_first = DiscardValue{fixture.handle(first)};
   // Within the 8-byte budget only because the drop comes between the ensures.
   const auto feasible = fixture.dry_run.run({&ensure_first, &drop_first, &ensure_second}, {}, 0, nullptr);
   EXPECT_FALSE(feasible.failure.has_value());
@@ -798,13 +824,13 @@ TEST(PlanDryRun, PredictsPeaksAndRefusalsWithoutTouchingTheState) {
   const auto reserved = fixture.dry_run.run({&ensure_first}, {MemoryReservation(CUDA0, 4, "kv")}, 0, nullptr);
   EXPECT_EQ(reserved.failure, "transition exceeds budget at " + CUDA0.name());
   // A location first used by the plan is registered in the shadow only.
-  const ResidencyAction ensure_elsewhere = EnsureResident{second.handle, CUDA1};
+  const ResidencyAction ensure_elsewhere = EnsureResident{fixture.handle(second), CUDA1};
   const auto elsewhere = fixture.dry_run.run({&ensure_elsewhere}, {}, 0, nullptr);
   EXPECT_FALSE(elsewhere.failure.has_value());
   EXPECT_EQ(peak_at(elsewhere, CUDA1), 8);
   // A value discarded earlier in the plan is refused like an unknown one.
   const auto discarded = fixture.dry_run.run({&discard_first, &ensure_first}, {}, 0, nullptr);
-  EXPECT_EQ(discarded.failure, "value '" + first.handle.handle_id + "' is discarded");
+  EXPECT_EQ(discarded.failure, "value '" + fixture.handle(first).handle_id + "' is discarded");
   // Nothing was charged, registered, bumped or discarded.
   EXPECT_EQ(fixture.version, version);
   EXPECT_EQ(fixture.used(CUDA0), 0);

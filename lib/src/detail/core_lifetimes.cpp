@@ -118,8 +118,9 @@ ResidentValue ManagerCore::leased_value(std::uint64_t token, const ResidencyHand
   if (lease == nullptr) {
     throw ResidencyLifetimeClosedError("borrowed residency values cannot be read after the lease was released");
   }
+  const ValueRecord* wanted = values_.find(handle);
   for (ValueRecord* record : lease->records) {
-    if (record->handle != handle) continue;
+    if (record != wanted) continue;
     const Materialization* item = record->at(lease->location);
     FHELIUM_CHECK(item != nullptr && item->use_count > 0, "leased materialization is not in use");
     return item->value;

@@ -36,7 +36,7 @@ ResidencyHandle ManagerCore::adopt(ResidentValue value, std::optional<ResidencyL
     values_.remove_last();
     throw;
   }
-  return record.handle;
+  return values_.handle_of(record);
 }
 
 ResidencyHandle ManagerCore::register_source(ResidencyValueSpec spec, std::shared_ptr<ResidencySource> source,
@@ -53,7 +53,7 @@ ResidencyHandle ManagerCore::register_source(ResidencyValueSpec spec, std::share
   transitions_.register_location(source_location);
   ValueRecord& record = values_.add(std::move(spec), std::move(source), source_location);
   bump_locked();
-  return record.handle;
+  return values_.handle_of(record);
 }
 
 ResidencyTransitionReport ManagerCore::run_action(const ResidencyAction& action,

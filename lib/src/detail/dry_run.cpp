@@ -177,7 +177,7 @@ PlanDryRun::Result PlanDryRun::run(const std::vector<const ResidencyAction*>& ac
       // Discarded earlier in this plan: reported like an unknown handle, with
       // no bytes, source or destination (the reference's failed explanation).
       return {false, false, std::nullopt, std::nullopt, 0, 0,
-              "value '" + record.handle.handle_id + "' is discarded"};
+              "value '" + ValueTable::id_of(record) + "' is discarded"};
     }
     const std::int64_t charge = record.spec.storage_nbytes;
     const auto failed = [&](std::optional<ResidencyLocation> source, std::optional<ResidencyLocation> destination,

@@ -1,7 +1,13 @@
 #include "detail/snapshot_assembly.hpp"
 
 #include <array>
+#include <charconv>
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "detail/check.hpp"
@@ -21,28 +27,80 @@ Aggregate& aggregate_of(Aggregates& aggregates, const ResidencyLocation& locatio
   return aggregates[static_cast<std::size_t>(location.ordinal())];
 }
 
+// The decimal text of each record's serial. Records come in registration
+// order, so a serial is nearly always the previous one plus one, and its
+// text is the previous text counted up in place instead of converted anew.
+class SerialText {
+ public:
+  std::string_view of(std::uint64_t serial) {
+    if (length_ == 0 || serial != serial_ + 1) {
+      const auto written = std::to_chars(digits_, digits_ + sizeof digits_, serial);
+      FHELIUM_CHECK(written.ec == std::errc{}, "a serial does not fit its buffer");
+      length_ = static_cast<std::size_t>(written.ptr - digits_);
+    } else {
+      count_up();
+    }
+    serial_ = serial;
+    return {digits_, length_};
+  }
+
+ private:
+  void count_up() {
+    std::size_t at = length_;
+    while (at > 0 && digits_[at - 1] == '9') digits_[--at] = '0';
+    if (at > 0) {
+      ++digits_[at - 1];
+      return;
+    }
+    // All nines: one digit more. The longest serial, 2^64 - 1, has 20 digits
+    // and follows no all-nines serial, so the buffer never overflows.
+    FHELIUM_CHECK(length_ < sizeof digits_, "a serial does not fit its buffer");
+    std::memmove(digits_ + 1, digits_, length_);
+    digits_[0] = '1';
+    ++length_;
+  }
+
+  char digits_[20];
+  std::size_t length_ = 0;
+  std::uint64_t serial_ = 0;
+};
+
 // Appends the record of `record` to `values`, built in place.
-void add_value_snapshot(std::vector<ResidencyValueSnapshot>& values, const ValueRecord& record,
-                        Aggregates& aggregates) {
+void add_value_snapshot(std::vector<ResidencyValueSnapshot>& values, const std::string& manager_id,
+                        SerialText& ids, const ValueRecord& record, Aggregates& aggregates) {
   // Large tables do not fit in cache: ask for the record a few ahead (its
-  // hot fields: handle, spec, first materialization) and for its output
-  // slot. Addresses only, computed as integers: past the end of a chunk or
-  // of the output they are never read, and a prefetch does not fault.
+  // hot fields: serial, spec, first materialization's counts) and for its
+  // output slot. Addresses only, computed as integers: past the end of a
+  // chunk or of the output they are never read, and a prefetch does not fault.
   constexpr std::size_t ahead = 8;
+  constexpr std::uintptr_t hot_bytes = offsetof(ValueRecord, materializations) + sizeof(record.materializations) -
+                                       sizeof(Materialization) + offsetof(Materialization, value);
+  static_assert(hot_bytes > offsetof(ValueRecord, materializations) && hot_bytes < sizeof(ValueRecord));
   const std::uintptr_t next = reinterpret_cast<std::uintptr_t>(&record) + ahead * sizeof(ValueRecord);
-  for (std::uintptr_t line = 0; line < 4; ++line) __builtin_prefetch(reinterpret_cast<const void*>(next + 64 * line));
+  for (std::uintptr_t offset = 0; offset < hot_bytes; offset += 64) {  // a constant count: unrolled
+    __builtin_prefetch(reinterpret_cast<const void*>(next + offset));
+  }
+  __builtin_prefetch(reinterpret_cast<const void*>(next + hot_bytes - 1));
   __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(values.data() + values.size()) +
                                                    ahead * sizeof(ResidencyValueSnapshot)),
                      1);
+  FHELIUM_CHECK(!record.discarded || (record.materializations.empty() && record.source == nullptr),
+                "a discarded value keeps a materialization or a source");
+  FHELIUM_CHECK((record.source != nullptr) == record.source_location.has_value(),
+                "source and source location disagree");
+  ResidencyValueSnapshot& value =
+      values.emplace_back(RecordAssembly::key(), manager_id, ids.of(record.serial), record.spec,
+                          record.source != nullptr, record.source_location, record.discarded);
+  // The materializations go straight into the record.
   const std::int64_t charge = record.spec.storage_nbytes;
-  InlineVector<MaterializationSnapshot, 1> materializations;
-  materializations.reserve(record.materializations.size());
+  value.materializations.reserve(record.materializations.size());
   for (const auto& item : record.materializations) {
     // What the checked constructor would refuse, the manager never records.
     FHELIUM_CHECK(item.storage_nbytes <= charge && record.spec.logical_nbytes <= charge,
                   "materialization charge does not cover its bytes");
-    materializations.emplace_back(RecordAssembly::key(), item.location, record.spec.logical_nbytes,
-                                  item.storage_nbytes, charge, item.use_count, item.hold_count, item.pending_count);
+    value.materializations.emplace_back(RecordAssembly::key(), item.location, record.spec.logical_nbytes,
+                                        item.storage_nbytes, charge, item.use_count, item.hold_count,
+                                        item.pending_count);
     Aggregate& aggregate = aggregate_of(aggregates, item.location);
     aggregate.values += 1;
     aggregate.uses += item.use_count;
@@ -50,12 +108,6 @@ void add_value_snapshot(std::vector<ResidencyValueSnapshot>& values, const Value
     aggregate.pending += item.pending_count;
     aggregate.used += charge;
   }
-  FHELIUM_CHECK(!record.discarded || (record.materializations.empty() && record.source == nullptr),
-                "a discarded value keeps a materialization or a source");
-  FHELIUM_CHECK((record.source != nullptr) == record.source_location.has_value(),
-                "source and source location disagree");
-  values.emplace_back(RecordAssembly::key(), record.handle, record.spec, std::move(materializations),
-                      record.source != nullptr, record.source_location, record.discarded);
 }
 
 }  // namespace
@@ -66,7 +118,9 @@ ResidencySnapshot assemble_snapshot(const SnapshotSources& sources,
   Aggregates aggregates{};
   std::vector<ResidencyValueSnapshot> values;
   values.reserve(sources.values.size());
-  sources.values.for_each([&](const ValueRecord& record) { add_value_snapshot(values, record, aggregates); });
+  SerialText ids;
+  sources.values.for_each(
+      [&](const ValueRecord& record) { add_value_snapshot(values, sources.manager_id, ids, record, aggregates); });
 
   std::vector<ResidencyReservationSnapshot> reservations;
   reservations.reserve(sources.reservations.size());

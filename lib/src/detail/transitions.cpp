@@ -14,7 +14,7 @@ namespace fhelium::residency::detail {
 namespace {
 
 std::string value_name(const ValueRecord& record) {
-  return "value '" + record.handle.handle_id + "' (" + record.spec.value_type + ")";
+  return "value '" + ValueTable::id_of(record) + "' (" + record.spec.value_type + ")";
 }
 
 // A value's real state, as the transition rules see it (after reaping, so

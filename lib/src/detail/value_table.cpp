@@ -31,8 +31,7 @@ ValueRecord& ValueTable::add(ResidencyValueSpec spec, std::shared_ptr<ResidencyS
   }
   const std::uint64_t serial = next_serial_++;
   Chunk& chunk = *chunks_[size_ / chunk_records];
-  ResidencyHandle handle{manager_id_, std::to_string(serial), spec.value_type};
-  chunk.emplace_back(std::move(handle), std::move(spec), std::move(source), source_location);
+  chunk.emplace_back(serial, std::move(spec), std::move(source), source_location);
   ++size_;
   index_by_serial_.push_back(size_);
   return chunk.back();
@@ -42,7 +41,7 @@ void ValueTable::remove_last() {
   FHELIUM_CHECK(size_ > 0, "rollback without a record");
   Chunk& chunk = *chunks_[(size_ - 1) / chunk_records];
   FHELIUM_CHECK(chunk.back().materializations.empty(), "rolled-back record still has materializations");
-  index_by_serial_[std::stoull(chunk.back().handle.handle_id) - 1] = 0;
+  index_by_serial_[chunk.back().serial - 1] = 0;
   chunk.pop_back();
   --size_;
 }
@@ -62,8 +61,8 @@ ValueRecord* ValueTable::find_issued_here(const ResidencyHandle& handle) {
   const std::size_t slot = index_by_serial_[serial - 1];
   if (slot == 0) return nullptr;
   ValueRecord& record = record_at(slot - 1);
-  FHELIUM_CHECK(record.handle.handle_id.size() == id.size(), "a record's handle id is not its serial");
-  return record.handle.value_type == handle.value_type ? &record : nullptr;
+  FHELIUM_CHECK(record.serial == serial, "a record is indexed under another serial");
+  return record.spec.value_type == handle.value_type ? &record : nullptr;
 }
 
 ValueRecord& ValueTable::lookup(const ResidencyHandle& handle) {
@@ -85,7 +84,7 @@ void ValueTable::check_unaliased(std::span<const StorageKey> keys) const {
     if (const StorageIndex::Owner* owner = storage_owners_.find(key)) {
       throw ResidencyOwnershipError("managed materializations must own independent backing storage; storage on " +
                                     key.device.str() + " is already owned by value '" +
-                                    owner->record->handle.handle_id + "' at " + owner->location.name());
+                                    id_of(*owner->record) + "' at " + owner->location.name());
     }
   }
 }

@@ -46,8 +46,11 @@ struct Materialization {
   bool is_protected() const { return use_count > 0 || hold_count > 0 || pending_count > 0; }
 };
 
+// A record keeps its handle's serial only: the manager id is the table's and
+// the type is the spec's, so the handle is rebuilt where one is handed out
+// (ValueTable::handle_of), and the fields a snapshot reads stay few lines.
 struct ValueRecord {
-  ResidencyHandle handle;
+  std::uint64_t serial;
   ResidencyValueSpec spec;
   std::shared_ptr<ResidencySource> source;
   std::optional<ResidencyLocation> source_location;
@@ -87,6 +90,13 @@ class ValueTable {
       for (const ValueRecord& record : *chunk) visit(record);
     }
   }
+
+  // The handle issued for `record`, and its id alone: the serial in decimal.
+  ResidencyHandle handle_of(const ValueRecord& record) const {
+    return ResidencyHandle{manager_id_, std::to_string(record.serial), record.spec.value_type};
+  }
+  static std::string id_of(const ValueRecord& record) { return std::to_string(record.serial); }
+  const std::string& manager_id() const noexcept { return manager_id_; }
 
   // Throws ResidencyOwnershipError naming the owner when a key is already managed.
   void check_unaliased(std::span<const StorageKey> keys) const;

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -81,12 +82,14 @@ struct ResidencyValueSnapshot {
   ResidencyValueSnapshot(ResidencyHandle handle, ResidencyValueSpec spec,
                          InlineVector<MaterializationSnapshot, 1> materializations, bool has_source,
                          std::optional<ResidencyLocation> source_location, bool discarded);
-  ResidencyValueSnapshot(TrustedRecordKey, const ResidencyHandle& handle, const ResidencyValueSpec& spec,
-                         InlineVector<MaterializationSnapshot, 1>&& materializations, bool has_source,
+  // The handle is built in place from its parts: the manager's id, the
+  // value's id and the spec's type. The materializations start empty; the
+  // manager appends them to the record in place.
+  ResidencyValueSnapshot(TrustedRecordKey, const std::string& manager_id, std::string_view handle_id,
+                         const ResidencyValueSpec& spec, bool has_source,
                          std::optional<ResidencyLocation> source_location, bool discarded)
-      : handle(handle),
+      : handle{manager_id, std::string(handle_id), spec.value_type},
         spec(spec),
-        materializations(std::move(materializations)),
         has_source(has_source),
         source_location(source_location),
         discarded(discarded) {}
