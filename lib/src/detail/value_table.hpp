@@ -96,7 +96,6 @@ class ValueTable {
     return ResidencyHandle{manager_id_, std::to_string(record.serial), record.spec.value_type};
   }
   static std::string id_of(const ValueRecord& record) { return std::to_string(record.serial); }
-  const std::string& manager_id() const noexcept { return manager_id_; }
 
   // Throws ResidencyOwnershipError naming the owner when a key is already managed.
   void check_unaliased(std::span<const StorageKey> keys) const;
