@@ -83,6 +83,8 @@ TEST(Records, ValueSnapshotMaterializationsCopyDeepAndCompareByElement) {
   EXPECT_EQ(Materializations(listed), many);
   EXPECT_EQ(Materializations(std::vector<MaterializationSnapshot>(listed)), many);
   EXPECT_EQ(many.to_vector(), listed);
+  const std::vector<MaterializationSnapshot> converted = many;  // and back, implicitly
+  EXPECT_EQ(converted, listed);
 
   // A record copied out of a snapshot outlives it.
   std::optional<ResidencyValueSnapshot> kept;

@@ -5,8 +5,8 @@
 // has at most one, so a snapshot of many values is built, copied and freed
 // without one heap block per value. The manager's value records use it the
 // same way. It reads like a std::vector (size, indexing, iteration over
-// pointers, push_back, equality) and converts from one, so code written
-// against a vector of records keeps working.
+// pointers, push_back, equality) and converts to and from one, so code
+// written against a vector of records keeps working.
 #pragma once
 
 #include <algorithm>
@@ -127,6 +127,8 @@ class InlineVector {
   }
 
   std::vector<T> to_vector() const { return std::vector<T>(begin(), end()); }
+  // Implicit, so code that copies the elements into a std::vector keeps working.
+  operator std::vector<T>() const { return to_vector(); }
 
   friend bool operator==(const InlineVector& left, const InlineVector& right) {
     return std::equal(left.begin(), left.end(), right.begin(), right.end());
