@@ -12,6 +12,7 @@
 #include <map>
 #include <random>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -329,6 +330,46 @@ TEST(TokenTable, KeepsCreationOrderThroughErasesAndSweeps) {
 }
 
 // ---- inline materialization storage -------------------------------------------
+
+// Counts live instances; the copy numbered `fail_at` throws.
+struct Counted {
+  static inline int live = 0;
+  static inline int copies = 0;
+  static inline int fail_at = -1;
+  std::string text;
+  explicit Counted(std::string text) : text(std::move(text)) { ++live; }
+  Counted(const Counted& other) : text(other.text) {
+    if (copies++ == fail_at) throw std::runtime_error("copy refused");
+    ++live;
+  }
+  Counted(Counted&& other) noexcept : text(std::move(other.text)) { ++live; }
+  Counted& operator=(const Counted&) = default;
+  Counted& operator=(Counted&&) noexcept = default;
+  ~Counted() { --live; }
+};
+
+TEST(InlineVector, ACopyThatThrowsDestroysWhatItBuilt) {
+  {
+    InlineVector<Counted, 1> items;
+    for (const char* text : {"a", "b", "c"}) items.emplace_back(std::string(40, *text));  // spilled, heap strings
+    ASSERT_EQ(Counted::live, 3);
+    Counted::copies = 0;
+    Counted::fail_at = 2;  // the third element's copy
+    using Items = InlineVector<Counted, 1>;
+    EXPECT_THROW(Items copy(items), std::runtime_error);
+    EXPECT_EQ(Counted::live, 3);  // the two copies made were destroyed
+    InlineVector<Counted, 1> target{Counted("x")};
+    Counted::copies = 0;
+    EXPECT_THROW(target = items, std::runtime_error);
+    ASSERT_EQ(target.size(), 1u);  // an assignment that throws leaves the target as it was
+    EXPECT_EQ(target.front().text, "x");
+    Counted::fail_at = -1;
+    target = items;
+    EXPECT_EQ(target.size(), 3u);
+    EXPECT_EQ(Counted::live, 6);
+  }
+  EXPECT_EQ(Counted::live, 0);
+}
 
 TEST(InlineVector, KeepsOrderAcrossTheSpillAndErase) {
   InlineVector<std::string, 1> items;

@@ -139,10 +139,18 @@ class InlineVector {
   const T* inline_data() const noexcept { return std::launder(reinterpret_cast<const T*>(inline_)); }
 
   // Appends [first, last) to an empty vector, in one block when it spills.
+  // Called by constructors, whose destructor does not run when they throw:
+  // a copy that throws destroys what it built and frees its block first.
   template <class It>
   void assign(It first, It last) {
-    reserve(static_cast<std::size_t>(std::distance(first, last)));
-    for (; first != last; ++first) emplace_back(*first);
+    try {
+      reserve(static_cast<std::size_t>(std::distance(first, last)));
+      for (; first != last; ++first) emplace_back(*first);
+    } catch (...) {
+      clear();
+      release();
+      throw;
+    }
   }
 
   void grow(std::size_t capacity) {
