@@ -35,6 +35,47 @@ TEST_F(PlanFixture, ExecuteActionsRunsInOrderAndReportsEachTransition) {
   EXPECT_THROW(manager.execute_actions({}, " "), std::invalid_argument);
 }
 
+// A run of a plan's actions is timed with one clock read per boundary: each
+// action after the first starts exactly when the previous one completed. On
+// the real clock, a fresh read for each start would differ.
+TEST(PlanTimestamps, EachActionOfARunStartsWhenThePreviousOneCompleted) {
+  ResidencyManager manager{ManagerOptions{}};  // the default runtime: real Unix time
+  const ResidencyValueSpec spec("Blob", 64, 64, ReplicaMode::replicable, Recoverability::reconstructible);
+  const auto source = make_source([] { return make_value(16, 1.0f); });
+  std::vector<ResidencyHandle> handles;
+  for (int index = 0; index < 6; ++index) handles.push_back(manager.register_source(spec, source, PAGEABLE_HOST));
+  const auto expect_chained = [](const std::vector<ResidencyTransitionReport>& run, std::size_t first,
+                                 std::size_t count) {
+    for (std::size_t index = first; index < first + count; ++index) {
+      EXPECT_LE(run[index].started_at_ns, run[index].completed_at_ns) << index;
+      if (index > first) EXPECT_EQ(run[index].started_at_ns, run[index - 1].completed_at_ns) << index;
+    }
+  };
+  const ResidencyPlanReport report = manager.execute_actions(
+      {EnsureResident{handles[0], PAGEABLE_HOST}, EnsureResident{handles[1], PAGEABLE_HOST},
+       DropResident{handles[0], PAGEABLE_HOST}, EnsureResident{handles[2], PAGEABLE_HOST}});
+  ASSERT_EQ(report.transitions.size(), 4u);
+  expect_chained(report.transitions, 0, 4);
+  EXPECT_LE(report.started_at_ns, report.transitions.front().started_at_ns);
+  EXPECT_GE(report.completed_at_ns, report.transitions.back().completed_at_ns);
+  EXPECT_LT(report.transitions.front().started_at_ns, report.transitions.back().completed_at_ns);
+
+  // A scope chains within each phase: reclaim, enter, and exit at close.
+  ResidencyScope scope = manager.scope(ResidencyPlan{
+      "phases",
+      {EnsureResident{handles[4], PAGEABLE_HOST}, EnsureResident{handles[5], PAGEABLE_HOST}},
+      {DropResident{handles[4], PAGEABLE_HOST}, DropResident{handles[5], PAGEABLE_HOST}},
+      {},
+      {DropResident{handles[1], PAGEABLE_HOST}, EnsureResident{handles[3], PAGEABLE_HOST}}});
+  scope.enter();
+  const auto closed = scope.close();
+  ASSERT_TRUE(closed.has_value());
+  ASSERT_EQ(closed->transitions.size(), 6u);
+  expect_chained(closed->transitions, 0, 2);  // reclaim
+  expect_chained(closed->transitions, 2, 2);  // enter
+  expect_chained(closed->transitions, 4, 2);  // exit
+}
+
 // Execution reuses the value records its preflight resolved: each action must
 // act on its own value (distinct sizes show a mix-up in the reports' bytes),
 // in plans and in a scope's reclaim and enter phases alike.

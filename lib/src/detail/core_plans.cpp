@@ -71,6 +71,14 @@ struct FailurePoint {
                                     point.reservation_index, cause, detail);
 }
 
+// The start of the next action of a run whose reports begin at `first` in
+// `transitions`: the previous action's completion; none for the run's first.
+std::optional<std::int64_t> previous_completion(const std::vector<ResidencyTransitionReport>& transitions,
+                                                std::size_t first) {
+  if (transitions.size() <= first) return std::nullopt;
+  return transitions.back().completed_at_ns;
+}
+
 std::vector<const ResidencyAction*> whole_plan(const ResidencyPlan& plan) {
   std::vector<const ResidencyAction*> actions;
   actions.reserve(plan.reclaim.size() + plan.enter.size() + plan.exit.size());
@@ -135,8 +143,9 @@ ResidencyPlanReport ManagerCore::execute_actions(const std::vector<ResidencyActi
   transitions.reserve(actions.size());
   for (std::size_t index = 0; index < actions.size(); ++index) {
     try {
-      transitions.push_back(
-          execute_action_locked(actions[index], stream_for(actions[index], streams), preflight.records[index]));
+      // Each action after the first starts when the previous one completed.
+      transitions.push_back(execute_action_locked(actions[index], stream_for(actions[index], streams),
+                                                  preflight.records[index], previous_completion(transitions, 0)));
     } catch (...) {
       throw_execution_error(name, {PlanPhase::execute, actions[index], static_cast<std::int64_t>(index)},
                             std::move(transitions), started, clock_locked());
@@ -169,11 +178,12 @@ ScopeEntry ManagerCore::enter_scope(const ResidencyPlan& plan, const TransferStr
   });
   // `first` is the phase's first action in the whole plan (reclaim, enter, exit).
   const auto run_phase = [&](const std::vector<ResidencyAction>& phase_actions, PlanPhase phase, std::size_t first) {
+    const std::size_t before = entry.transitions.size();
     for (std::size_t index = 0; index < phase_actions.size(); ++index) {
       try {
-        entry.transitions.push_back(execute_action_locked(phase_actions[index],
-                                                          stream_for(phase_actions[index], streams),
-                                                          preflight.records[first + index]));
+        entry.transitions.push_back(execute_action_locked(
+            phase_actions[index], stream_for(phase_actions[index], streams), preflight.records[first + index],
+            previous_completion(entry.transitions, before)));
       } catch (...) {
         throw_execution_error(plan.name, {phase, phase_actions[index], static_cast<std::int64_t>(index)},
                               entry.transitions, entry.started_at_ns, clock_locked());
@@ -207,9 +217,11 @@ ResidencyPlanReport ManagerCore::exit_scope(const ResidencyPlan& plan, const Tra
   });
   require_open_locked();
   reap_locked();  // the reference reaps at the start of every scope exit
+  const std::size_t before = transitions.size();
   for (std::size_t index = 0; index < plan.exit.size(); ++index) {
     try {
-      transitions.push_back(execute_action_locked(plan.exit[index], stream_for(plan.exit[index], streams)));
+      transitions.push_back(execute_action_locked(plan.exit[index], stream_for(plan.exit[index], streams), nullptr,
+                                                  previous_completion(transitions, before)));
     } catch (...) {
       throw_execution_error(plan.name, {PlanPhase::exit, plan.exit[index], static_cast<std::int64_t>(index)},
                             std::move(transitions), started_at_ns, clock_locked());

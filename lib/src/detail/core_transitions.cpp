@@ -66,9 +66,10 @@ ResidencyTransitionReport ManagerCore::run_action(const ResidencyAction& action,
 
 ResidencyTransitionReport ManagerCore::execute_action_locked(const ResidencyAction& action,
                                                              const std::optional<c10::Stream>& stream,
-                                                             ValueRecord* resolved) {
+                                                             ValueRecord* resolved,
+                                                             std::optional<std::int64_t> started_at_ns) {
   reap_locked();
-  const std::int64_t started = clock_locked();
+  const std::int64_t started = started_at_ns ? *started_at_ns : clock_locked();
   ValueRecord& record = resolved != nullptr ? *resolved : values_.lookup(action_handle(action));
   FHELIUM_CHECK(!record.discarded, "a plan acts on a value discarded before its action");
   // Every argument is checked before any state is read for no-op detection.

@@ -142,10 +142,13 @@ class ManagerCore {
 
   // Primitives (core_transitions.cpp): one action, timed and reported.
   // `record`, when given, is the action's value record, already resolved by
-  // the plan's preflight.
+  // the plan's preflight. `started_at_ns`, when given, is the action's start:
+  // in a run of a plan's actions, the previous action's completion, so one
+  // clock read marks both.
   ResidencyTransitionReport execute_action_locked(const ResidencyAction& action,
                                                   const std::optional<c10::Stream>& stream,
-                                                  ValueRecord* record = nullptr);
+                                                  ValueRecord* record = nullptr,
+                                                  std::optional<std::int64_t> started_at_ns = std::nullopt);
   std::optional<c10::Device> allocator_device_for(const ResidencyAction& action, const ValueRecord& record) const;
   std::pair<std::optional<std::int64_t>, std::optional<std::int64_t>> sample_allocator_locked(
       const std::optional<c10::Device>& device);
