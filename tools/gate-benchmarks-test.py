@@ -27,14 +27,12 @@ def run(name, ns_per_item, repetition=None, aggregate=None):
     return row
 
 
-def repeated(name, samples, extra_aggregates=True):
+def repeated(name, samples):
     """Rows of a benchmark run with --benchmark_repetitions: each repetition,
-    then the aggregates Google Benchmark appends (mean, median, stddev)."""
+    then the aggregates Google Benchmark appends (mean, then median)."""
     rows = [run(name, value, index) for index, value in enumerate(samples)]
-    ordered = sorted(samples)
-    if extra_aggregates:
-        rows.append(run(name, sum(samples) / len(samples), aggregate="mean"))
-    rows.append(run(name, ordered[len(ordered) // 2], aggregate="median"))
+    rows.append(run(name, sum(samples) / len(samples), aggregate="mean"))
+    rows.append(run(name, sorted(samples)[len(samples) // 2], aggregate="median"))
     return rows
 
 

@@ -170,7 +170,7 @@ void Transitions::remove(ValueRecord& record, const ResidencyLocation& location)
   for (auto it = items.begin(); it != items.end(); ++it) {
     if (it->location != location) continue;
     FHELIUM_CHECK(!it->is_protected(), "protected materialization removed");
-    values_.unclaim({it->storage_keys.begin(), it->storage_keys.size()});
+    values_.unclaim(it->storage_keys);
     ledger_.remove_used(location, record.spec.storage_nbytes);
     items.erase(it);
     bump();

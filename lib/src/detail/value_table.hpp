@@ -39,9 +39,7 @@ struct Materialization {
 
   Materialization(ResidencyLocation location, ResidentValue&& value, std::int64_t storage_nbytes,
                   const std::vector<StorageKey>& keys)
-      : location(location), storage_nbytes(storage_nbytes), value(std::move(value)) {
-    for (const StorageKey& key : keys) storage_keys.push_back(key);
-  }
+      : location(location), storage_nbytes(storage_nbytes), value(std::move(value)), storage_keys(keys) {}
 
   bool is_protected() const { return use_count > 0 || hold_count > 0 || pending_count > 0; }
 };
