@@ -11,6 +11,11 @@ namespace fhelium::residency {
 
 namespace detail {
 
+const std::vector<ResidencyHandle>& no_handles() noexcept {
+  static const std::vector<ResidencyHandle> empty;
+  return empty;
+}
+
 LifetimeToken::LifetimeToken(std::shared_ptr<ManagerCore> core, std::uint64_t token, Abandon abandon) noexcept
     : core_(std::move(core)), token_(token), abandon_(abandon), active_(true) {}
 
@@ -67,7 +72,7 @@ void require_active(const detail::LifetimeToken& lifetime) {
 }  // namespace
 
 ResidencyLease::ResidencyLease(std::shared_ptr<detail::ManagerCore> core, std::uint64_t token,
-                               std::vector<ResidencyHandle> handles, ResidencyLocation location)
+                               detail::HandleList handles, ResidencyLocation location)
     : lifetime_(std::move(core), token, &detail::ManagerCore::abandon_lease),
       handles_(std::move(handles)),
       location_(location) {}
@@ -112,7 +117,7 @@ void ResidencyLease::release(bool wait) {
 }
 
 ResidencyHold::ResidencyHold(std::shared_ptr<detail::ManagerCore> core, std::uint64_t token,
-                             std::vector<ResidencyHandle> handles, ResidencyLocation location)
+                             detail::HandleList handles, ResidencyLocation location)
     : lifetime_(std::move(core), token, &detail::ManagerCore::abandon_hold),
       handles_(std::move(handles)),
       location_(location) {}

@@ -33,6 +33,12 @@ ObservedOperation borrowing(ObservedCall call, const std::vector<ResidencyHandle
 
 void note_report(ObservedOperation& operation, const ResidencyTransitionReport& report) { operation.no_op = report.no_op; }
 
+// An action built in place: each field copied once, nothing moved after.
+template <class Action, class... Fields>
+ResidencyAction action_of(const Fields&... fields) {
+  return ResidencyAction(std::in_place_type<Action>, fields...);
+}
+
 }  // namespace
 
 ResidencyManager::ResidencyManager(ManagerOptions options)
@@ -90,7 +96,7 @@ ResidencyTransitionReport ResidencyManager::ensure(const ResidencyHandle& handle
                                                    std::optional<c10::Stream> stream) {
   return observe_call(
       *core_, [&] { return transition(ObservedCall::ensure, handle, at, stream); },
-      [&] { return core_->run_action(EnsureResident{handle, at}, stream); }, note_report);
+      [&] { return core_->run_action(action_of<EnsureResident>(handle, at), stream); }, note_report);
 }
 
 ResidencyTransitionReport ResidencyManager::copy(const ResidencyHandle& handle, const ResidencyLocation& to,
@@ -108,19 +114,19 @@ ResidencyTransitionReport ResidencyManager::move(const ResidencyHandle& handle, 
         operation.from = from_location;
         return operation;
       },
-      [&] { return core_->run_action(MoveResident{handle, to, from_location}, stream); }, note_report);
+      [&] { return core_->run_action(action_of<MoveResident>(handle, to, from_location), stream); }, note_report);
 }
 
 ResidencyTransitionReport ResidencyManager::drop(const ResidencyHandle& handle, const ResidencyLocation& at) {
   return observe_call(
       *core_, [&] { return transition(ObservedCall::drop, handle, at, std::nullopt); },
-      [&] { return core_->run_action(DropResident{handle, at}, std::nullopt); }, note_report);
+      [&] { return core_->run_action(action_of<DropResident>(handle, at), std::nullopt); }, note_report);
 }
 
 ResidencyTransitionReport ResidencyManager::discard(const ResidencyHandle& handle) {
   return observe_call(
       *core_, [&] { return transition(ObservedCall::discard, handle, std::nullopt, std::nullopt); },
-      [&] { return core_->run_action(DiscardValue{handle}, std::nullopt); }, note_report);
+      [&] { return core_->run_action(action_of<DiscardValue>(handle), std::nullopt); }, note_report);
 }
 
 ResidencyPlanReport ResidencyManager::execute_actions(const std::vector<ResidencyAction>& actions,
@@ -163,9 +169,8 @@ ResidencyLease ResidencyManager::acquire(const std::vector<ResidencyHandle>& han
       *core_,
       [&] { return borrowing(ObservedCall::acquire, handles, at, consumer_stream); },
       [&] {
-        std::vector<ResidencyHandle> unique = detail::unique_handles(handles, "acquire");
-        const std::uint64_t token = core_->acquire(unique, at, consumer_stream);
-        return ResidencyLease(core_, token, std::move(unique), at);
+        detail::LifetimeGrant grant = core_->acquire(handles, at, consumer_stream);
+        return ResidencyLease(core_, grant.token, std::move(grant.handles), at);
       },
       [](ObservedOperation& operation, const ResidencyLease& lease) { operation.lifetime = lease.lifetime_.token(); });
 }
@@ -175,9 +180,8 @@ ResidencyHold ResidencyManager::hold(const std::vector<ResidencyHandle>& handles
       *core_,
       [&] { return borrowing(ObservedCall::hold, handles, at, std::nullopt); },
       [&] {
-        std::vector<ResidencyHandle> unique = detail::unique_handles(handles, "hold");
-        const std::uint64_t token = core_->hold(unique, at);
-        return ResidencyHold(core_, token, std::move(unique), at);
+        detail::LifetimeGrant grant = core_->hold(handles, at);
+        return ResidencyHold(core_, grant.token, std::move(grant.handles), at);
       },
       [](ObservedOperation& operation, const ResidencyHold& hold) { operation.lifetime = hold.lifetime_.token(); });
 }

@@ -62,6 +62,35 @@ TEST_F(LeaseFixture, RepeatedHandlesCountOnceInLargeRequestsToo) {
   EXPECT_EQ(location_state(manager, PAGEABLE_HOST).hold_count, 0);
 }
 
+TEST_F(LeaseFixture, OneValueLifetimesShareThatValuesHandleList) {
+  ResidencyLease first = manager.acquire({a}, PAGEABLE_HOST);
+  ResidencyLease second = manager.acquire({a}, PAGEABLE_HOST);
+  ResidencyHold hold = manager.hold({a}, PAGEABLE_HOST);
+  ResidencyLease collapsed = manager.acquire({a, a}, PAGEABLE_HOST);  // one value, asked for twice
+  ResidencyLease other = manager.acquire({b}, PAGEABLE_HOST);
+  EXPECT_EQ(first.handles(), std::vector<ResidencyHandle>{a});
+  EXPECT_EQ(collapsed.handles(), std::vector<ResidencyHandle>{a});
+  EXPECT_EQ(other.handles(), std::vector<ResidencyHandle>{b});
+  EXPECT_EQ(&first.handles(), &second.handles());  // the value's own list, not a copy each
+  EXPECT_EQ(&first.handles(), &hold.handles());
+  EXPECT_NE(&first.handles(), &other.handles());
+  EXPECT_EQ(at(a, PAGEABLE_HOST).use_count, 3);
+  EXPECT_EQ(at(a, PAGEABLE_HOST).hold_count, 1);
+
+  // The list outlives the lease that made it, the value's discard and the manager's close.
+  const std::vector<ResidencyHandle>* shared = &second.handles();
+  first.release();
+  ResidencyLease moved = std::move(second);
+  EXPECT_TRUE(second.handles().empty());  // NOLINT(bugprone-use-after-move): a moved-from lease covers nothing
+  EXPECT_EQ(&moved.handles(), shared);
+  moved.release();
+  hold.release();
+  collapsed.release();
+  other.release();
+  manager.close();
+  EXPECT_EQ(moved.handles(), std::vector<ResidencyHandle>{a});
+}
+
 TEST_F(LeaseFixture, LeasedValuesAreIdenticalAndUnreadableAfterRelease) {
   auto lease = manager.acquire({a, b}, PAGEABLE_HOST);
   EXPECT_TRUE(lease.active());

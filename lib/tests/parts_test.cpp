@@ -67,7 +67,7 @@ FakeView view(ReplicaMode mode, bool with_source, std::vector<ResidencyLocation>
   ValueRecord record{1,
                      ResidencyValueSpec("T", 64, 64, mode,
                                         with_source ? Recoverability::reconstructible : Recoverability::must_preserve),
-                     nullptr, std::nullopt, false, {}, 0, {}};
+                     nullptr, std::nullopt, false, {}, 0, {}, nullptr};
   if (with_source) {
     record.source = make_source([]() -> ResidentValue { throw std::logic_error("the rules never load"); });
     record.source_location = PINNED_HOST;
@@ -596,6 +596,35 @@ TEST(Ring, KeepsTheLastItemsOldestFirstAndOverwritesSlotsInPlace) {
   Ring<int> large(std::size_t{1} << 40);
   large.push(7);
   EXPECT_EQ(large.items(), std::vector<int>{7});
+}
+
+TEST(Ring, FillsSlotsInPlaceAndAFillThatThrowsKeepsNothing) {
+  Ring<std::string> ring(2);
+  ring.push_in_place([](std::string& slot) {
+    EXPECT_TRUE(slot.empty());  // a fresh slot while the ring fills
+    slot = std::string(40, 'a');
+  });
+  EXPECT_THROW(ring.push_in_place([](std::string& slot) {
+                 slot = "half";
+                 throw std::runtime_error("fill failed");
+               }),
+               std::runtime_error);
+  EXPECT_EQ(ring.items(), std::vector<std::string>{std::string(40, 'a')});  // the failed slot is gone
+  ring.push("b");
+  const char* reused = nullptr;
+  ring.push_in_place([&](std::string& slot) {
+    EXPECT_EQ(slot, std::string(40, 'a'));  // full: the oldest item's slot, overwritten
+    reused = slot.data();
+    slot.assign(39, 'c');
+  });
+  EXPECT_EQ(ring.items(), (std::vector<std::string>{"b", std::string(39, 'c')}));
+  ring.for_each([&](const std::string& item) {
+    if (item.size() == 39) {
+      EXPECT_EQ(item.data(), reused);  // its buffer kept
+    }
+  });
+  Ring<std::string> none(0);
+  none.push_in_place([](std::string&) { ADD_FAILURE() << "a ring of capacity 0 fills nothing"; });
 }
 
 // A table with three values (one resident at two locations and protected,

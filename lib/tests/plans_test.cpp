@@ -48,7 +48,9 @@ TEST(PlanTimestamps, EachActionOfARunStartsWhenThePreviousOneCompleted) {
                                  std::size_t count) {
     for (std::size_t index = first; index < first + count; ++index) {
       EXPECT_LE(run[index].started_at_ns, run[index].completed_at_ns) << index;
-      if (index > first) EXPECT_EQ(run[index].started_at_ns, run[index - 1].completed_at_ns) << index;
+      if (index > first) {
+        EXPECT_EQ(run[index].started_at_ns, run[index - 1].completed_at_ns) << index;
+      }
     }
   };
   const ResidencyPlanReport report = manager.execute_actions(

@@ -3,6 +3,8 @@
 #include <ATen/ops/zeros.h>
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "support.hpp"
 
 namespace fhelium::residency {
@@ -399,6 +401,43 @@ TEST(Trace, IsBoundedAndClearable) {
   ResidencyManager silent(ManagerOptions{{}, 0, runtime, {}});
   silent.ensure(silent.adopt(make_value(4)), PAGEABLE_HOST);
   EXPECT_TRUE(silent.trace().empty());
+}
+
+// The trace keeps reports in a compact form and rebuilds them: each must come
+// back equal, field for field, to the report its call returned, for every
+// kind of action, no-ops (with their reasons), allocator samples, plan
+// actions, after the ring wraps and after the manager closes.
+TEST(Trace, RebuildsEveryReportItsCallsReturned) {
+  auto runtime = std::make_shared<harness::SimulatedRuntime>();
+  ResidencyManager manager(ManagerOptions{{}, 9, runtime, {}});
+  const ResidencyHandle shared = manager.adopt(make_value(8), std::nullopt, ReplicaMode::replicable);
+  const ResidencyHandle exclusive = manager.adopt(make_value(4));
+  const ResidencyHandle lazy = manager.register_source(blob_spec(8, ReplicaMode::replicable), [] { return make_value(8); });
+  std::vector<ResidencyTransitionReport> returned;
+  returned.push_back(manager.ensure(lazy, PINNED_HOST));       // a load
+  returned.push_back(manager.copy(shared, CUDA1));             // allocator samples
+  returned.push_back(manager.ensure(shared, CUDA1));           // a no-op with its reason
+  returned.push_back(manager.move(exclusive, CUDA0));          // implicit source
+  returned.push_back(manager.move(exclusive, PINNED_HOST, CUDA0, std::nullopt));
+  returned.push_back(manager.drop(shared, PAGEABLE_HOST));
+  returned.push_back(manager.drop(shared, PAGEABLE_HOST));     // already absent
+  const ResidencyPlanReport plan = manager.execute_actions(
+      {EnsureResident{lazy, PAGEABLE_HOST}, MoveResident{shared, CUDA0, CUDA1}, DropResident{lazy, PINNED_HOST}});
+  for (const auto& report : plan.transitions) returned.push_back(report);
+  returned.push_back(manager.discard(lazy));
+  ASSERT_EQ(returned.size(), 11u);
+  std::set<std::size_t> kinds;
+  for (const auto& report : returned) kinds.insert(report.action.index());
+  EXPECT_EQ(kinds.size(), 4u);  // every kind of action is traced
+
+  const std::vector<ResidencyTransitionReport> last(returned.end() - 9, returned.end());  // the ring holds 9
+  EXPECT_EQ(manager.trace(), last);
+  EXPECT_EQ(manager.trace()[0].reason, "destination already resident");
+  EXPECT_EQ(manager.trace()[4].reason, "materialization already absent");
+  EXPECT_EQ(manager.trace()[1].allocator_device, CUDA0.device());
+  const std::vector<ResidencyTransitionReport> before_close = manager.trace();
+  manager.close();
+  EXPECT_EQ(manager.trace(), before_close);  // the handles are rebuilt without the value records
 }
 
 }  // namespace

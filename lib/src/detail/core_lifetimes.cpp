@@ -47,8 +47,33 @@ CoveredRecords ManagerCore::resident_records_locked(const std::vector<ResidencyH
   return records;
 }
 
-std::uint64_t ManagerCore::acquire(const std::vector<ResidencyHandle>& handles, const ResidencyLocation& at,
+namespace {
+
+// unique_handles() for lists of several handles, shared; for one handle, only
+// its check (nullptr), since a one-value lifetime hands out the value's own list.
+HandleList several_unique(const std::vector<ResidencyHandle>& handles, const char* what) {
+  if (handles.size() == 1) {
+    validate_handle(handles.front());
+    return nullptr;
+  }
+  return std::make_shared<const std::vector<ResidencyHandle>>(unique_handles(handles, what));
+}
+
+}  // namespace
+
+HandleList ManagerCore::covered_handles_locked(const CoveredRecords& records, HandleList several) {
+  if (several) return several;
+  FHELIUM_CHECK(records.size() == 1, "a lifetime over several values without their list");
+  ValueRecord& record = *records.front();
+  if (!record.handle_list) {
+    record.handle_list = std::make_shared<const std::vector<ResidencyHandle>>(1, values_.handle_of(record));
+  }
+  return record.handle_list;
+}
+
+LifetimeGrant ManagerCore::acquire(const std::vector<ResidencyHandle>& handles, const ResidencyLocation& at,
                                    const std::optional<c10::Stream>& consumer_stream) {
+  HandleList several = several_unique(handles, "acquire");
   StateAccess access(*this);
   require_open_locked();
   runtime_->check_location(at);
@@ -57,19 +82,24 @@ std::uint64_t ManagerCore::acquire(const std::vector<ResidencyHandle>& handles, 
   }
   reap_locked();  // before the stream check, as in the reference
   if (consumer_stream) runtime_->check_stream(at, *consumer_stream);
-  const std::uint64_t token = lifetimes_.grant_lease(resident_records_locked(handles, at), at, consumer_stream);
+  CoveredRecords records = resident_records_locked(several ? *several : handles, at);
+  HandleList covered = covered_handles_locked(records, std::move(several));  // before the grant: may throw
+  const std::uint64_t token = lifetimes_.grant_lease(std::move(records), at, consumer_stream);
   bump_locked();
-  return token;
+  return {token, std::move(covered)};
 }
 
-std::uint64_t ManagerCore::hold(const std::vector<ResidencyHandle>& handles, const ResidencyLocation& at) {
+LifetimeGrant ManagerCore::hold(const std::vector<ResidencyHandle>& handles, const ResidencyLocation& at) {
+  HandleList several = several_unique(handles, "hold");
   StateAccess access(*this);
   require_open_locked();
   runtime_->check_location(at);
   reap_locked();
-  const std::uint64_t token = lifetimes_.grant_hold(resident_records_locked(handles, at), at);
+  CoveredRecords records = resident_records_locked(several ? *several : handles, at);
+  HandleList covered = covered_handles_locked(records, std::move(several));
+  const std::uint64_t token = lifetimes_.grant_hold(std::move(records), at);
   bump_locked();
-  return token;
+  return {token, std::move(covered)};
 }
 
 std::uint64_t ManagerCore::reserve(const ResidencyLocation& location, std::int64_t nbytes, const std::string& label) {

@@ -124,7 +124,10 @@ ResidencySnapshot ManagerCore::snapshot() {
 
 std::vector<ResidencyTransitionReport> ManagerCore::trace() {
   StateAccess access(*this);
-  return trace_.items();
+  std::vector<ResidencyTransitionReport> reports;
+  reports.reserve(trace_.size());
+  trace_.for_each([&](const TraceRecord& record) { reports.push_back(record.report(manager_id_)); });
+  return reports;
 }
 
 void ManagerCore::clear_trace() {

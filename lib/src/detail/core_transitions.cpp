@@ -56,18 +56,31 @@ ResidencyHandle ManagerCore::register_source(ResidencyValueSpec spec, std::share
   return values_.handle_of(record);
 }
 
-ResidencyTransitionReport ManagerCore::run_action(const ResidencyAction& action,
-                                                  const std::optional<c10::Stream>& stream) {
+ResidencyTransitionReport ManagerCore::run_action(ResidencyAction&& action, const std::optional<c10::Stream>& stream) {
   validate_handle(action_handle(action));
   StateAccess access(*this);
   require_open_locked();
-  return execute_action_locked(action, stream);
+  return execute_action_locked(std::move(action), stream);
 }
 
 ResidencyTransitionReport ManagerCore::execute_action_locked(const ResidencyAction& action,
                                                              const std::optional<c10::Stream>& stream,
                                                              ValueRecord* resolved,
                                                              std::optional<std::int64_t> started_at_ns) {
+  return execute_locked(action, stream, resolved, started_at_ns);
+}
+
+ResidencyTransitionReport ManagerCore::execute_action_locked(ResidencyAction&& action,
+                                                             const std::optional<c10::Stream>& stream,
+                                                             ValueRecord* resolved,
+                                                             std::optional<std::int64_t> started_at_ns) {
+  return execute_locked(std::move(action), stream, resolved, started_at_ns);
+}
+
+template <class Action>
+ResidencyTransitionReport ManagerCore::execute_locked(Action&& action, const std::optional<c10::Stream>& stream,
+                                                      ValueRecord* resolved,
+                                                      std::optional<std::int64_t> started_at_ns) {
   reap_locked();
   const std::int64_t started = started_at_ns ? *started_at_ns : clock_locked();
   ValueRecord& record = resolved != nullptr ? *resolved : values_.lookup(action_handle(action));
@@ -78,12 +91,12 @@ ResidencyTransitionReport ManagerCore::execute_action_locked(const ResidencyActi
   const auto before = sample_allocator_locked(allocator_device);
   const TransitionDecision decision = transitions_.decide_and_apply(action, record, stream);
   const auto after = sample_allocator_locked(allocator_device);
-  ResidencyTransitionReport report(RecordAssembly::key(), action, decision.changes_nothing(), decision.source,
-                                   decision.destination, record.spec.logical_nbytes, record.spec.storage_nbytes,
-                                   started, clock_locked(), allocator_device, before.first, before.second,
-                                   after.first, after.second,
+  ResidencyTransitionReport report(RecordAssembly::key(), std::forward<Action>(action), decision.changes_nothing(),
+                                   decision.source, decision.destination, record.spec.logical_nbytes,
+                                   record.spec.storage_nbytes, started, clock_locked(), allocator_device,
+                                   before.first, before.second, after.first, after.second,
                                    decision.no_op ? std::optional<std::string>(decision.no_op) : std::nullopt);
-  trace_.push(report);
+  trace_.push_in_place([&](TraceRecord& slot) { slot.assign(report, record.serial, decision.no_op); });
   return report;
 }
 

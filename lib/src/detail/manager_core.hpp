@@ -40,11 +40,13 @@
 #include "detail/lifetime_table.hpp"
 #include "detail/ring.hpp"
 #include "detail/state_gate.hpp"
+#include "detail/trace_record.hpp"
 #include "detail/scope_exit.hpp"
 #include "detail/transition_rules.hpp"
 #include "detail/transitions.hpp"
 #include "detail/value_table.hpp"
 #include "fhelium/residency/inline_vector.hpp"
+#include "fhelium/residency/lease.hpp"
 #include "fhelium/residency/manager.hpp"
 #include "fhelium/residency/runtime.hpp"
 #include "fhelium/residency/value.hpp"
@@ -61,6 +63,12 @@ struct ScopeEntry {
 // lifetime normalization). Throws std::invalid_argument naming `what` for an
 // empty list or a malformed handle.
 std::vector<ResidencyHandle> unique_handles(const std::vector<ResidencyHandle>& handles, const char* what);
+
+// A lease or hold granted: its token and the handles it covers.
+struct LifetimeGrant {
+  std::uint64_t token;
+  HandleList handles;
+};
 
 class ManagerCore {
  public:
@@ -83,7 +91,8 @@ class ManagerCore {
   ResidencyHandle adopt(ResidentValue value, std::optional<ResidencyLocation> at, ReplicaMode replica_mode);
   ResidencyHandle register_source(ResidencyValueSpec spec, std::shared_ptr<ResidencySource> source,
                                   ResidencyLocation source_location);
-  ResidencyTransitionReport run_action(const ResidencyAction& action, const std::optional<c10::Stream>& stream);
+  // One action, moved into its report.
+  ResidencyTransitionReport run_action(ResidencyAction&& action, const std::optional<c10::Stream>& stream);
 
   // Plans (core_plans.cpp).
   ResidencyPlanReport execute_actions(const std::vector<ResidencyAction>& actions, const std::string& name,
@@ -96,10 +105,10 @@ class ManagerCore {
                                  std::vector<ResidencyTransitionReport> transitions, std::int64_t started_at_ns);
   void abandon_scope(const std::vector<std::uint64_t>& reservation_tokens, const std::string& plan_name) noexcept;
 
-  // Lifetimes (core_lifetimes.cpp). `handles` come from unique_handles().
-  std::uint64_t acquire(const std::vector<ResidencyHandle>& handles, const ResidencyLocation& at,
+  // Lifetimes (core_lifetimes.cpp). A repeated handle counts once (unique_handles).
+  LifetimeGrant acquire(const std::vector<ResidencyHandle>& handles, const ResidencyLocation& at,
                         const std::optional<c10::Stream>& consumer_stream);
-  std::uint64_t hold(const std::vector<ResidencyHandle>& handles, const ResidencyLocation& at);
+  LifetimeGrant hold(const std::vector<ResidencyHandle>& handles, const ResidencyLocation& at);
   std::uint64_t reserve(const ResidencyLocation& location, std::int64_t nbytes, const std::string& label);
   ResidentValue leased_value(std::uint64_t token, const ResidencyHandle& handle);
   void add_consumer_stream(std::uint64_t token, const c10::Stream& stream);
@@ -144,18 +153,29 @@ class ManagerCore {
   // `record`, when given, is the action's value record, already resolved by
   // the plan's preflight. `started_at_ns`, when given, is the action's start:
   // in a run of a plan's actions, the previous action's completion, so one
-  // clock read marks both.
+  // clock read marks both. The report copies `action` (a plan's), or takes it
+  // when moved in (a single call's).
   ResidencyTransitionReport execute_action_locked(const ResidencyAction& action,
                                                   const std::optional<c10::Stream>& stream,
                                                   ValueRecord* record = nullptr,
                                                   std::optional<std::int64_t> started_at_ns = std::nullopt);
+  ResidencyTransitionReport execute_action_locked(ResidencyAction&& action,
+                                                  const std::optional<c10::Stream>& stream,
+                                                  ValueRecord* record = nullptr,
+                                                  std::optional<std::int64_t> started_at_ns = std::nullopt);
+  template <class Action>
+  ResidencyTransitionReport execute_locked(Action&& action, const std::optional<c10::Stream>& stream,
+                                           ValueRecord* record, std::optional<std::int64_t> started_at_ns);
   std::optional<c10::Device> allocator_device_for(const ResidencyAction& action, const ValueRecord& record) const;
   std::pair<std::optional<std::int64_t>, std::optional<std::int64_t>> sample_allocator_locked(
       const std::optional<c10::Device>& device);
 
   // Lifetimes (core_lifetimes.cpp).
   CoveredRecords resident_records_locked(const std::vector<ResidencyHandle>& handles,
-                                                    const ResidencyLocation& at);
+                                         const ResidencyLocation& at);
+  // The list a lifetime over `records` hands out: the one value's own shared
+  // list, or `several` (unique_handles' result, shared) for more values.
+  HandleList covered_handles_locked(const CoveredRecords& records, HandleList several);
   std::uint64_t reserve_locked(const ResidencyLocation& location, std::int64_t nbytes, const std::string& label);
   void release_reservation_locked(std::uint64_t token);
   void release_lease_locked(std::uint64_t token, bool wait);
@@ -179,7 +199,7 @@ class ManagerCore {
   Transitions transitions_{*runtime_, values_, ledger_, gate_, state_version_};
   LifetimeTable lifetimes_;
   PlanDryRun dry_run_{*runtime_, values_, ledger_, lifetimes_};
-  Ring<ResidencyTransitionReport> trace_;
+  Ring<TraceRecord> trace_;
   Ring<std::string> diagnostics_;
 };
 

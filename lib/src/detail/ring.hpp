@@ -1,6 +1,6 @@
-// Ring: the last `capacity` items pushed, oldest first; the manager's trace of
-// transition reports and its diagnostics. Slots are allocated once, as the
-// ring first fills, and then overwritten in place: a full ring pushes without
+// Ring: the last `capacity` items pushed, oldest first; the manager's trace
+// (TraceRecords) and its diagnostics. Slots are allocated once, as the ring
+// first fills, and then overwritten in place: a full ring pushes without
 // allocating a node (a deque allocated and freed one per block of pushes).
 // Capacity 0 keeps nothing. Not synchronized: the manager's state gate guards it.
 #pragma once
@@ -23,24 +23,44 @@ class Ring {
   // Keeps `item` (copied or moved in); with capacity 0 it is not even copied.
   template <class U>
   void push(U&& item) {
+    push_in_place([&](T& slot) { slot = std::forward<U>(item); });
+  }
+
+  // Keeps the item `fill(slot)` writes into a slot: a fresh default-built one
+  // while the ring fills, then the oldest item's, overwritten in place (so an
+  // item's own buffers are reused). With capacity 0, `fill` is not called.
+  template <class Fill>
+  void push_in_place(Fill&& fill) {
     if (capacity_ == 0) return;
     if (slots_.size() < capacity_) {
       if (slots_.size() == slots_.capacity()) {
         slots_.reserve(std::min(capacity_, std::max<std::size_t>(16, 2 * slots_.size())));
       }
-      slots_.emplace_back(std::forward<U>(item));
+      T& slot = slots_.emplace_back();
+      try {
+        fill(slot);
+      } catch (...) {
+        slots_.pop_back();
+        throw;
+      }
       return;
     }
-    slots_[oldest_] = std::forward<U>(item);
+    fill(slots_[oldest_]);
     oldest_ = oldest_ + 1 == capacity_ ? 0 : oldest_ + 1;
+  }
+
+  // Calls `visit` on each item, oldest first.
+  template <class F>
+  void for_each(F&& visit) const {
+    for (std::size_t index = oldest_; index < slots_.size(); ++index) visit(slots_[index]);
+    for (std::size_t index = 0; index < oldest_; ++index) visit(slots_[index]);
   }
 
   // The items, oldest first.
   std::vector<T> items() const {
     std::vector<T> result;
     result.reserve(slots_.size());
-    for (std::size_t index = oldest_; index < slots_.size(); ++index) result.push_back(slots_[index]);
-    for (std::size_t index = 0; index < oldest_; ++index) result.push_back(slots_[index]);
+    for_each([&](const T& item) { result.push_back(item); });
     return result;
   }
 

@@ -59,6 +59,9 @@ struct ValueRecord {
   // `shadow_run` is that run's number, so no run has to clear it.
   mutable std::uint64_t shadow_run = 0;
   mutable InlineVector<ResidencyLocation, 3> shadow_locations;
+  // The one-handle list every lease or hold of this value alone hands out
+  // (ResidencyLease::handles): built at the first, shared by the rest.
+  std::shared_ptr<const std::vector<ResidencyHandle>> handle_list;
 
   Materialization* at(const ResidencyLocation& location);
   const Materialization* at(const ResidencyLocation& location) const;

@@ -31,6 +31,13 @@ class ResidencyManager;
 namespace detail {
 class ManagerCore;
 
+// The handles a lease or hold covers, shared and immutable: the list of a
+// lifetime over one value is the value's own, built at its first such
+// lifetime and shared by the next, so taking one allocates nothing.
+using HandleList = std::shared_ptr<const std::vector<ResidencyHandle>>;
+// The list of a moved-from lifetime: empty.
+const std::vector<ResidencyHandle>& no_handles() noexcept;
+
 // The part every lifetime object shares: its manager core, its token, and
 // whether it is still active. Moving transfers the lifetime; destroying or
 // overwriting an active one abandons it through the core, which releases it
@@ -65,7 +72,9 @@ class LifetimeToken {
 
 class ResidencyLease {
  public:
-  const std::vector<ResidencyHandle>& handles() const noexcept { return handles_; }
+  const std::vector<ResidencyHandle>& handles() const noexcept {
+    return handles_ ? *handles_ : detail::no_handles();
+  }
   ResidencyLocation location() const noexcept { return location_; }
   bool active() const noexcept { return lifetime_.active(); }
 
@@ -89,17 +98,19 @@ class ResidencyLease {
 
  private:
   friend class ResidencyManager;
-  ResidencyLease(std::shared_ptr<detail::ManagerCore> core, std::uint64_t token, std::vector<ResidencyHandle> handles,
+  ResidencyLease(std::shared_ptr<detail::ManagerCore> core, std::uint64_t token, detail::HandleList handles,
                  ResidencyLocation location);
 
   detail::LifetimeToken lifetime_;
-  std::vector<ResidencyHandle> handles_;
+  detail::HandleList handles_;
   ResidencyLocation location_;
 };
 
 class ResidencyHold {
  public:
-  const std::vector<ResidencyHandle>& handles() const noexcept { return handles_; }
+  const std::vector<ResidencyHandle>& handles() const noexcept {
+    return handles_ ? *handles_ : detail::no_handles();
+  }
   ResidencyLocation location() const noexcept { return location_; }
   bool active() const noexcept { return lifetime_.active(); }
   // Ends the protection. Idempotent.
@@ -107,11 +118,11 @@ class ResidencyHold {
 
  private:
   friend class ResidencyManager;
-  ResidencyHold(std::shared_ptr<detail::ManagerCore> core, std::uint64_t token, std::vector<ResidencyHandle> handles,
+  ResidencyHold(std::shared_ptr<detail::ManagerCore> core, std::uint64_t token, detail::HandleList handles,
                 ResidencyLocation location);
 
   detail::LifetimeToken lifetime_;
-  std::vector<ResidencyHandle> handles_;
+  detail::HandleList handles_;
   ResidencyLocation location_;
 };
 

@@ -15,10 +15,12 @@
 
 #include <c10/core/Device.h>
 
+#include <concepts>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -193,7 +195,10 @@ struct ResidencyTransitionReport {
                             std::optional<std::int64_t> allocator_allocated_bytes_after = std::nullopt,
                             std::optional<std::int64_t> allocator_reserved_bytes_after = std::nullopt,
                             std::optional<std::string> reason = std::nullopt);
-  ResidencyTransitionReport(TrustedRecordKey, const ResidencyAction& action, bool no_op,
+  // `action`: copied or moved in (a ResidencyAction).
+  template <class Action>
+    requires std::same_as<std::remove_cvref_t<Action>, ResidencyAction>
+  ResidencyTransitionReport(TrustedRecordKey, Action&& action, bool no_op,
                             std::optional<ResidencyLocation> source, std::optional<ResidencyLocation> destination,
                             std::int64_t logical_nbytes, std::int64_t storage_nbytes, std::int64_t started_at_ns,
                             std::int64_t completed_at_ns, std::optional<c10::Device> allocator_device,
@@ -202,7 +207,7 @@ struct ResidencyTransitionReport {
                             std::optional<std::int64_t> allocator_allocated_bytes_after,
                             std::optional<std::int64_t> allocator_reserved_bytes_after,
                             std::optional<std::string> reason)
-      : action(action),
+      : action(std::forward<Action>(action)),
         no_op(no_op),
         source(source),
         destination(destination),
