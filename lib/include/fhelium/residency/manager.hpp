@@ -140,7 +140,9 @@ class ResidencyManager {
   ResidencyReservation reserve(const ResidencyLocation& location, std::int64_t nbytes, const std::string& label);
 
   ResidencySnapshot snapshot() const;
-  // Retained transition reports, oldest first.
+  // Retained transition reports, oldest first, each equal to the one its call
+  // (or plan) returned. Kept compactly and rebuilt here, so keeping them costs
+  // the calls little; this call builds every report anew. Works after close().
   std::vector<ResidencyTransitionReport> trace() const;
   void clear_trace();
   // Recorded diagnostics, oldest first (bounded).
