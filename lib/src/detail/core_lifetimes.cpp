@@ -49,9 +49,9 @@ CoveredRecords ManagerCore::resident_records_locked(const std::vector<ResidencyH
 
 namespace {
 
-// unique_handles() for lists of several handles, shared; for one handle, only
+// unique_handles() of a list of several handles, shared; of one handle, only
 // its check (nullptr), since a one-value lifetime hands out the value's own list.
-HandleList several_unique(const std::vector<ResidencyHandle>& handles, const char* what) {
+HandleList shared_unique_handles(const std::vector<ResidencyHandle>& handles, const char* what) {
   if (handles.size() == 1) {
     validate_handle(handles.front());
     return nullptr;
@@ -73,7 +73,7 @@ HandleList ManagerCore::covered_handles_locked(const CoveredRecords& records, Ha
 
 LifetimeGrant ManagerCore::acquire(const std::vector<ResidencyHandle>& handles, const ResidencyLocation& at,
                                    const std::optional<c10::Stream>& consumer_stream) {
-  HandleList several = several_unique(handles, "acquire");
+  HandleList several = shared_unique_handles(handles, "acquire");
   StateAccess access(*this);
   require_open_locked();
   runtime_->check_location(at);
@@ -90,7 +90,7 @@ LifetimeGrant ManagerCore::acquire(const std::vector<ResidencyHandle>& handles, 
 }
 
 LifetimeGrant ManagerCore::hold(const std::vector<ResidencyHandle>& handles, const ResidencyLocation& at) {
-  HandleList several = several_unique(handles, "hold");
+  HandleList several = shared_unique_handles(handles, "hold");
   StateAccess access(*this);
   require_open_locked();
   runtime_->check_location(at);
