@@ -11,10 +11,19 @@
 
 namespace fhelium::residency::detail {
 
-std::vector<ResidencyHandle> unique_handles(const std::vector<ResidencyHandle>& handles, const char* what) {
+namespace {
+
+// `handles` without repeats, first occurrences in order (the reference's
+// lifetime normalization), shared; nullptr for one handle, since a one-value
+// lifetime hands out the value's own list. Throws std::invalid_argument naming
+// `what` for an empty list or a malformed handle.
+HandleList unique_handles(const std::vector<ResidencyHandle>& handles, const char* what) {
+  if (handles.size() == 1) {  // the common case: nothing to collapse or share
+    validate_handle(handles.front());
+    return nullptr;
+  }
   if (handles.empty()) throw std::invalid_argument(std::string(what) + " needs at least one handle");
   for (const auto& handle : handles) validate_handle(handle);
-  if (handles.size() == 1) return handles;  // the common case: nothing to collapse
   // As in the reference, repeats collapse onto the first occurrence. Most
   // requests are small, where a pairwise scan beats hashing strings.
   constexpr std::size_t scan_limit = 32;
@@ -24,14 +33,16 @@ std::vector<ResidencyHandle> unique_handles(const std::vector<ResidencyHandle>& 
     for (const auto& handle : handles) {
       if (std::find(unique.begin(), unique.end(), handle) == unique.end()) unique.push_back(handle);
     }
-    return unique;
+  } else {
+    std::unordered_set<ResidencyHandle> seen;
+    for (const auto& handle : handles) {
+      if (seen.insert(handle).second) unique.push_back(handle);
+    }
   }
-  std::unordered_set<ResidencyHandle> seen;
-  for (const auto& handle : handles) {
-    if (seen.insert(handle).second) unique.push_back(handle);
-  }
-  return unique;
+  return std::make_shared<const std::vector<ResidencyHandle>>(std::move(unique));
 }
+
+}  // namespace
 
 CoveredRecords ManagerCore::resident_records_locked(const std::vector<ResidencyHandle>& handles,
                                                    const ResidencyLocation& at) {
@@ -47,20 +58,6 @@ CoveredRecords ManagerCore::resident_records_locked(const std::vector<ResidencyH
   return records;
 }
 
-namespace {
-
-// unique_handles() of a list of several handles, shared; of one handle, only
-// its check (nullptr), since a one-value lifetime hands out the value's own list.
-HandleList shared_unique_handles(const std::vector<ResidencyHandle>& handles, const char* what) {
-  if (handles.size() == 1) {
-    validate_handle(handles.front());
-    return nullptr;
-  }
-  return std::make_shared<const std::vector<ResidencyHandle>>(unique_handles(handles, what));
-}
-
-}  // namespace
-
 HandleList ManagerCore::covered_handles_locked(const CoveredRecords& records, HandleList several) {
   if (several) return several;
   FHELIUM_CHECK(records.size() == 1, "a lifetime over several values without their list");
@@ -73,7 +70,7 @@ HandleList ManagerCore::covered_handles_locked(const CoveredRecords& records, Ha
 
 LifetimeGrant ManagerCore::acquire(const std::vector<ResidencyHandle>& handles, const ResidencyLocation& at,
                                    const std::optional<c10::Stream>& consumer_stream) {
-  HandleList several = shared_unique_handles(handles, "acquire");
+  HandleList several = unique_handles(handles, "acquire");
   StateAccess access(*this);
   require_open_locked();
   runtime_->check_location(at);
@@ -90,7 +87,7 @@ LifetimeGrant ManagerCore::acquire(const std::vector<ResidencyHandle>& handles, 
 }
 
 LifetimeGrant ManagerCore::hold(const std::vector<ResidencyHandle>& handles, const ResidencyLocation& at) {
-  HandleList several = shared_unique_handles(handles, "hold");
+  HandleList several = unique_handles(handles, "hold");
   StateAccess access(*this);
   require_open_locked();
   runtime_->check_location(at);

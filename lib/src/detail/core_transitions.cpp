@@ -63,24 +63,10 @@ ResidencyTransitionReport ManagerCore::run_action(ResidencyAction&& action, cons
   return execute_action_locked(std::move(action), stream);
 }
 
-ResidencyTransitionReport ManagerCore::execute_action_locked(const ResidencyAction& action,
-                                                             const std::optional<c10::Stream>& stream,
-                                                             ValueRecord* resolved,
-                                                             std::optional<std::int64_t> started_at_ns) {
-  return execute_locked(action, stream, resolved, started_at_ns);
-}
-
-ResidencyTransitionReport ManagerCore::execute_action_locked(ResidencyAction&& action,
-                                                             const std::optional<c10::Stream>& stream,
-                                                             ValueRecord* resolved,
-                                                             std::optional<std::int64_t> started_at_ns) {
-  return execute_locked(std::move(action), stream, resolved, started_at_ns);
-}
-
 template <class Action>
-ResidencyTransitionReport ManagerCore::execute_locked(Action&& action, const std::optional<c10::Stream>& stream,
-                                                      ValueRecord* resolved,
-                                                      std::optional<std::int64_t> started_at_ns) {
+ResidencyTransitionReport ManagerCore::execute_action_locked(Action&& action, const std::optional<c10::Stream>& stream,
+                                                             ValueRecord* resolved,
+                                                             std::optional<std::int64_t> started_at_ns) {
   reap_locked();
   const std::int64_t started = started_at_ns ? *started_at_ns : clock_locked();
   ValueRecord& record = resolved != nullptr ? *resolved : values_.lookup(action_handle(action));
@@ -99,6 +85,10 @@ ResidencyTransitionReport ManagerCore::execute_locked(Action&& action, const std
   trace_.push_in_place([&](TraceRecord& slot) { slot.assign(report, record.serial, decision.no_op); });
   return report;
 }
+
+// A plan's actions, copied into their reports (core_plans.cpp).
+template ResidencyTransitionReport ManagerCore::execute_action_locked<const ResidencyAction&>(
+    const ResidencyAction&, const std::optional<c10::Stream>&, ValueRecord*, std::optional<std::int64_t>);
 
 std::optional<c10::Device> ManagerCore::allocator_device_for(const ResidencyAction& action,
                                                              const ValueRecord& record) const {

@@ -59,11 +59,6 @@ struct ScopeEntry {
   std::int64_t started_at_ns = 0;
 };
 
-// `handles` without repeats, first occurrences in order (the reference's
-// lifetime normalization). Throws std::invalid_argument naming `what` for an
-// empty list or a malformed handle.
-std::vector<ResidencyHandle> unique_handles(const std::vector<ResidencyHandle>& handles, const char* what);
-
 // A lease or hold granted: its token and the handles it covers.
 struct LifetimeGrant {
   std::uint64_t token;
@@ -105,7 +100,7 @@ class ManagerCore {
                                  std::vector<ResidencyTransitionReport> transitions, std::int64_t started_at_ns);
   void abandon_scope(const std::vector<std::uint64_t>& reservation_tokens, const std::string& plan_name) noexcept;
 
-  // Lifetimes (core_lifetimes.cpp). A repeated handle counts once (unique_handles).
+  // Lifetimes (core_lifetimes.cpp). A repeated handle counts once, as in the reference.
   LifetimeGrant acquire(const std::vector<ResidencyHandle>& handles, const ResidencyLocation& at,
                         const std::optional<c10::Stream>& consumer_stream);
   LifetimeGrant hold(const std::vector<ResidencyHandle>& handles, const ResidencyLocation& at);
@@ -153,19 +148,13 @@ class ManagerCore {
   // `record`, when given, is the action's value record, already resolved by
   // the plan's preflight. `started_at_ns`, when given, is the action's start:
   // in a run of a plan's actions, the previous action's completion, so one
-  // clock read marks both. The report copies `action` (a plan's), or takes it
-  // when moved in (a single call's).
-  ResidencyTransitionReport execute_action_locked(const ResidencyAction& action,
-                                                  const std::optional<c10::Stream>& stream,
-                                                  ValueRecord* record = nullptr,
-                                                  std::optional<std::int64_t> started_at_ns = std::nullopt);
-  ResidencyTransitionReport execute_action_locked(ResidencyAction&& action,
-                                                  const std::optional<c10::Stream>& stream,
-                                                  ValueRecord* record = nullptr,
-                                                  std::optional<std::int64_t> started_at_ns = std::nullopt);
+  // clock read marks both. `Action` is `const ResidencyAction&` (a plan's,
+  // copied into the report; instantiated in core_transitions.cpp) or
+  // `ResidencyAction` (a single call's, moved into it).
   template <class Action>
-  ResidencyTransitionReport execute_locked(Action&& action, const std::optional<c10::Stream>& stream,
-                                           ValueRecord* record, std::optional<std::int64_t> started_at_ns);
+  ResidencyTransitionReport execute_action_locked(Action&& action, const std::optional<c10::Stream>& stream,
+                                                  ValueRecord* record = nullptr,
+                                                  std::optional<std::int64_t> started_at_ns = std::nullopt);
   std::optional<c10::Device> allocator_device_for(const ResidencyAction& action, const ValueRecord& record) const;
   std::pair<std::optional<std::int64_t>, std::optional<std::int64_t>> sample_allocator_locked(
       const std::optional<c10::Device>& device);
@@ -174,7 +163,7 @@ class ManagerCore {
   CoveredRecords resident_records_locked(const std::vector<ResidencyHandle>& handles,
                                          const ResidencyLocation& at);
   // The list a lifetime over `records` hands out: the one value's own shared
-  // list, or `several` (unique_handles' result, shared) for more values.
+  // list, or `several` (the request's unique handles, shared) for more values.
   HandleList covered_handles_locked(const CoveredRecords& records, HandleList several);
   std::uint64_t reserve_locked(const ResidencyLocation& location, std::int64_t nbytes, const std::string& label);
   void release_reservation_locked(std::uint64_t token);
