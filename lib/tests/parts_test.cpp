@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "detail/dry_run.hpp"
+#include "detail/handle_text.hpp"
 #include "detail/ledger.hpp"
 #include "detail/lifetime_table.hpp"
 #include "detail/ring.hpp"
@@ -439,6 +440,42 @@ TEST(ValueTable, RecordsStayPutAcrossChunksAndRollbackNeverReissuesAHandle) {
   addresses[0]->discarded = true;
   EXPECT_THROW(table.lookup(handles[0]), ResidencyHandleError);
   EXPECT_EQ(table.find(handles[0]), addresses[0]);
+}
+
+TEST(HandleText, SameTextAgreesWithStringEqualityAtEveryLengthAndDifferingByte) {
+  // Every length across the loop, the 4- and 8-byte word paths and memcmp,
+  // with strings equal, differing at each position, and sizes differing.
+  for (std::size_t size = 0; size <= 24; ++size) {
+    std::string a(size, 'x');
+    for (std::size_t index = 0; index < size; ++index) a[index] = static_cast<char>('a' + index % 26);
+    const std::string same = a;
+    EXPECT_TRUE(same_text(a, same)) << size;
+    for (std::size_t index = 0; index < size; ++index) {
+      std::string other = a;
+      other[index] = static_cast<char>(other[index] ^ 0x20);
+      EXPECT_FALSE(same_text(a, other)) << size << " at " << index;
+      EXPECT_FALSE(same_text(other, a)) << size << " at " << index;
+    }
+    EXPECT_FALSE(same_text(a, a + "y")) << size;
+    EXPECT_FALSE(same_text(a + "y", a)) << size;
+  }
+  // A shorter string that is a prefix of the longer one's buffer.
+  const std::string text = "manager-12345678901";
+  EXPECT_FALSE(same_text(std::string_view(text).substr(0, 9), text));
+  EXPECT_TRUE(same_text(std::string_view(text).substr(0, 9), "manager-1"));
+}
+
+TEST(HandleText, HandleSerialReadsOnlyTheDecimalsTheManagerWrites) {
+  EXPECT_EQ(handle_serial("1"), 1u);
+  EXPECT_EQ(handle_serial("42"), 42u);
+  EXPECT_EQ(handle_serial("9999999999999999999"), 9999999999999999999u);  // 19 digits
+  for (const char* text : {"", "0", "01", "+1", "-1", " 1", "1 ", "1x", "x1", "1.0", "/", ":",
+                           "10000000000000000000", "18446744073709551617"}) {
+    EXPECT_EQ(handle_serial(text), 0u) << '"' << text << '"';
+  }
+  for (std::uint64_t serial : {1ull, 9ull, 10ull, 255ull, 65536ull, 1234567890123ull}) {
+    EXPECT_EQ(handle_serial(std::to_string(serial)), serial);
+  }
 }
 
 TEST(ValueTable, AValueRecordKeepsSeveralMaterializationsInInsertionOrder) {

@@ -1,9 +1,9 @@
 #include "detail/value_table.hpp"
 
 #include <algorithm>
-#include <charconv>
 
 #include "detail/check.hpp"
+#include "detail/handle_text.hpp"
 #include "fhelium/residency/errors.hpp"
 
 namespace fhelium::residency::detail {
@@ -47,26 +47,23 @@ void ValueTable::remove_last() {
 }
 
 ValueRecord* ValueTable::find(const ResidencyHandle& handle) {
-  return handle.manager_id == manager_id_ ? find_issued_here(handle) : nullptr;
+  return same_text(handle.manager_id, manager_id_) ? find_issued_here(handle) : nullptr;
 }
 
 ValueRecord* ValueTable::find_issued_here(const ResidencyHandle& handle) {
   // Handle ids are decimal serials without leading zeros, so an id that
   // parses to a record's serial is that record's id, character for character.
-  const std::string& id = handle.handle_id;
-  if (id.empty() || id.front() == '0') return nullptr;
-  std::uint64_t serial = 0;
-  const auto [stop, error] = std::from_chars(id.data(), id.data() + id.size(), serial);
-  if (error != std::errc{} || stop != id.data() + id.size() || serial > index_by_serial_.size()) return nullptr;
+  const std::uint64_t serial = handle_serial(handle.handle_id);
+  if (serial == 0 || serial > index_by_serial_.size()) return nullptr;
   const std::size_t slot = index_by_serial_[serial - 1];
   if (slot == 0) return nullptr;
   ValueRecord& record = record_at(slot - 1);
   FHELIUM_CHECK(record.serial == serial, "a record is indexed under another serial");
-  return record.spec.value_type == handle.value_type ? &record : nullptr;
+  return same_text(record.spec.value_type, handle.value_type) ? &record : nullptr;
 }
 
 ValueRecord& ValueTable::lookup(const ResidencyHandle& handle) {
-  if (handle.manager_id != manager_id_) {
+  if (!same_text(handle.manager_id, manager_id_)) {
     throw ResidencyHandleError("handle '" + handle.handle_id + "' belongs to manager '" + handle.manager_id +
                                "', not '" + manager_id_ + "'");
   }
