@@ -51,21 +51,16 @@ ManagerCore::ManagerCore(ManagerOptions options)
   }
 }
 
-ManagerCore::StateAccess::StateAccess(ManagerCore& core) : core_(core) {
-  switch (core_.gate_.enter()) {
-    case StateGate::Entry::entered:
-      return;
-    case StateGate::Entry::refused_loading:
-      throw ResidencyReentrancyError("residency manager '" + core_.manager_id_ +
-                                     "' rejects calls while a source callback is active (a source load() is "
-                                     "running)");
-    case StateGate::Entry::refused_reentry:
-      throw ResidencyReentrancyError("residency manager '" + core_.manager_id_ +
-                                     "' was re-entered from a callback of one of its own operations");
+void ManagerCore::StateAccess::refuse(StateGate::Entry entry) const {
+  // StateGate::Entry has three values; the constructor handles `entered`.
+  if (entry == StateGate::Entry::refused_loading) {
+    throw ResidencyReentrancyError("residency manager '" + core_.manager_id_ +
+                                   "' rejects calls while a source callback is active (a source load() is "
+                                   "running)");
   }
+  throw ResidencyReentrancyError("residency manager '" + core_.manager_id_ +
+                                 "' was re-entered from a callback of one of its own operations");
 }
-
-ManagerCore::StateAccess::~StateAccess() { core_.gate_.leave(); }
 
 void ManagerCore::require_open_locked() const {
   if (closed_) throw ResidencyClosedError("residency manager '" + manager_id_ + "' is closed");

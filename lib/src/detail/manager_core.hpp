@@ -126,12 +126,17 @@ class ManagerCore {
   // source load (any thread) and from a callback on the calling thread.
   class StateAccess {
    public:
-    explicit StateAccess(ManagerCore& core);
-    ~StateAccess();
+    explicit StateAccess(ManagerCore& core) : core_(core) {
+      const StateGate::Entry entry = core_.gate_.enter();
+      if (entry != StateGate::Entry::entered) [[unlikely]] refuse(entry);
+    }
+    ~StateAccess() { core_.gate_.leave(); }
     StateAccess(const StateAccess&) = delete;
     StateAccess& operator=(const StateAccess&) = delete;
 
    private:
+    // Throws the ResidencyReentrancyError that names why `entry` was refused.
+    [[noreturn]] void refuse(StateGate::Entry entry) const;
     ManagerCore& core_;
   };
 

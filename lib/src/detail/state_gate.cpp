@@ -2,15 +2,6 @@
 
 namespace fhelium::residency::detail {
 
-StateGate::Entry StateGate::enter() {
-  std::uint32_t expected = 0;
-  if (state_.compare_exchange_strong(expected, busy, std::memory_order_acquire, std::memory_order_relaxed)) {
-    owner_.store(std::this_thread::get_id(), std::memory_order_relaxed);
-    return Entry::entered;
-  }
-  return enter_slow();
-}
-
 StateGate::Entry StateGate::enter_slow() {
   const std::thread::id self = std::this_thread::get_id();
   for (int spin = 0;; ++spin) {
@@ -40,12 +31,6 @@ StateGate::Entry StateGate::enter_slow() {
     if (--sleeping_ == 0) state_.fetch_and(~sleepers, std::memory_order_relaxed);
     spin = 0;
   }
-}
-
-void StateGate::leave() noexcept {
-  owner_.store(std::thread::id(), std::memory_order_relaxed);
-  const std::uint32_t before = state_.fetch_and(~busy, std::memory_order_release);
-  if ((before & sleepers) != 0) wake_sleepers();
 }
 
 void StateGate::set_loading(bool on) noexcept {

@@ -30,9 +30,22 @@ class StateGate {
 
   // Blocks while another thread holds the gate. Refused (without waiting
   // any further) while the holder is loading, or when this thread holds it.
-  Entry enter();
+  // The uncontended entry is inline; waiting and refusal are not.
+  Entry enter() {
+    std::uint32_t expected = 0;
+    if (state_.compare_exchange_strong(expected, busy, std::memory_order_acquire, std::memory_order_relaxed))
+        [[likely]] {
+      owner_.store(std::this_thread::get_id(), std::memory_order_relaxed);
+      return Entry::entered;
+    }
+    return enter_slow();
+  }
   // Only by the thread that entered.
-  void leave() noexcept;
+  void leave() noexcept {
+    owner_.store(std::thread::id(), std::memory_order_relaxed);
+    const std::uint32_t before = state_.fetch_and(~busy, std::memory_order_release);
+    if ((before & sleepers) != 0) [[unlikely]] wake_sleepers();
+  }
   // By the holder around a source load: refuses every enter meanwhile and
   // wakes the sleepers so that they fail instead of waiting.
   void set_loading(bool loading) noexcept;
