@@ -28,6 +28,7 @@
 #include "detail/token_table.hpp"
 #include "detail/transition_rules.hpp"
 #include "detail/transitions.hpp"
+#include "detail/unix_clock.hpp"
 #include "detail/value_table.hpp"
 #include "fhelium/residency/errors.hpp"
 #include "fhelium/residency/inline_vector.hpp"
@@ -440,6 +441,178 @@ TEST(ValueTable, RecordsStayPutAcrossChunksAndRollbackNeverReissuesAHandle) {
   addresses[0]->discarded = true;
   EXPECT_THROW(table.lookup(handles[0]), ResidencyHandleError);
   EXPECT_EQ(table.find(handles[0]), addresses[0]);
+}
+
+// A system clock and a 3 GHz counter the test moves by hand, counting reads.
+struct ManualTime {
+  static inline std::int64_t system = 0;
+  static inline std::uint64_t ticks = 0;
+  static inline int system_reads = 0;
+  // How long one system reading takes; it samples the time at its start (the
+  // worst case for the counter readings that bracket it).
+  static inline std::int64_t read_ns = 0;
+  static std::int64_t read_system() {
+    ++system_reads;
+    const std::int64_t sampled = system;
+    advance(read_ns);
+    return sampled;
+  }
+  static std::uint64_t read_ticks() { return ticks; }
+  // Both clocks advance by `ns`, the counter at 3 ticks per nanosecond.
+  static void advance(std::int64_t ns) {
+    system += ns;
+    ticks += static_cast<std::uint64_t>(ns) * 3;
+  }
+  ManualTime() {
+    system = 1'700'000'000'000'000'000;
+    ticks = 1'000'000;
+    system_reads = 0;
+    read_ns = 0;
+  }
+};
+
+constexpr UnixClock::Timing manual_timing{10'000'000, 1'000'000'000};
+
+std::int64_t distance(std::int64_t a, std::int64_t b) { return a > b ? a - b : b - a; }
+
+TEST(UnixClock, ReadsTheSystemClockUntilCalibratedThenScalesTheCounterWithoutIt) {
+  ManualTime time;
+  UnixClock clock({&ManualTime::read_system, &ManualTime::read_ticks}, manual_timing);
+  EXPECT_EQ(clock.now(), time.system);  // calibration starts
+  EXPECT_FALSE(clock.calibrated());
+  time.advance(9'999'999);
+  EXPECT_EQ(clock.now(), time.system);  // not yet 10 ms of system time
+  EXPECT_FALSE(clock.calibrated());
+  time.advance(1);
+  EXPECT_EQ(clock.now(), time.system);  // calibrates on this reading
+  EXPECT_TRUE(clock.calibrated());
+  const int reads = ManualTime::system_reads;
+  for (std::int64_t step : {1, 7, 1'000, 123'456, 50'000'000, 400'000'000}) {
+    time.advance(step);
+    EXPECT_LE(distance(clock.now(), time.system), 1) << step;
+  }
+  EXPECT_EQ(ManualTime::system_reads, reads);  // every reading above came from the counter
+}
+
+TEST(UnixClock, ReanchorsWhenStaleAndFollowsAStepOfTheSystemClockKeepingTheRate) {
+  ManualTime time;
+  UnixClock clock({&ManualTime::read_system, &ManualTime::read_ticks}, manual_timing);
+  clock.now();
+  time.advance(10'000'000);
+  clock.now();
+  ASSERT_TRUE(clock.calibrated());
+  // Within the resync age no reading touches the system clock, even when it
+  // has stepped: the step shows at the next anchor.
+  time.advance(900'000'000);
+  ManualTime::system += 5'000'000'000;  // a 5 s jump of the system clock alone
+  const int reads = ManualTime::system_reads;
+  EXPECT_LE(distance(clock.now(), time.system - 5'000'000'000), 1);
+  EXPECT_EQ(ManualTime::system_reads, reads);
+  time.advance(200'000'000);  // past the resync age: a new anchor, on the stepped clock
+  EXPECT_EQ(clock.now(), time.system);
+  EXPECT_EQ(ManualTime::system_reads, reads + 1);
+  // The rate across the jump was refused: readings keep 3 ticks per ns.
+  time.advance(300'000'000);
+  EXPECT_LE(distance(clock.now(), time.system), 1);
+  EXPECT_EQ(ManualTime::system_reads, reads + 1);
+  // A system clock that steps back is followed at the next anchor too.
+  ManualTime::system -= 60'000'000'000;
+  time.advance(1'000'000'001);
+  EXPECT_EQ(clock.now(), time.system);
+  time.advance(1'000);
+  EXPECT_LE(distance(clock.now(), time.system), 1);
+}
+
+TEST(UnixClock, RefinesTheRateOverEachLongSpanAndGivesTheSystemClockForACounterBelowTheAnchor) {
+  ManualTime time;
+  UnixClock clock({&ManualTime::read_system, &ManualTime::read_ticks}, manual_timing);
+  clock.now();
+  // Calibration sees 10 ms of system time against 30,000,120 ticks: 4 ppm fast.
+  ManualTime::system += 10'000'000;
+  ManualTime::ticks += 30'000'120;
+  clock.now();
+  ASSERT_TRUE(clock.calibrated());
+  // Over the next second the true rate (3 per ns) shows as 4 us of drift.
+  time.advance(1'000'000'000);
+  const double drift = static_cast<double>(time.system - clock.now());
+  EXPECT_GT(drift, 3'000.0);
+  EXPECT_LT(drift, 5'000.0);
+  time.advance(1'000'000);  // stale now: the new anchor measures the rate over that second
+  EXPECT_EQ(clock.now(), time.system);
+  time.advance(999'000'000);
+  EXPECT_LE(distance(clock.now(), time.system), 10);
+  // A counter reading below the anchor is not scaled.
+  const int reads = ManualTime::system_reads;
+  ManualTime::ticks -= 5'000'000'000;
+  EXPECT_EQ(clock.now(), time.system);
+  EXPECT_EQ(ManualTime::system_reads, reads + 1);
+}
+
+TEST(UnixClock, ASystemReadingBracketedWidelyByTheCounterNeitherCalibratesNorAnchors) {
+  ManualTime time;
+  UnixClock clock({&ManualTime::read_system, &ManualTime::read_ticks}, manual_timing);
+  clock.now();
+  time.advance(10'000'000);
+  ManualTime::read_ns = 683;  // 2,049 ticks: one past the widest bracket (preempted mid-reading)
+  std::int64_t sampled = time.system;
+  EXPECT_EQ(clock.now(), sampled);
+  EXPECT_FALSE(clock.calibrated());  // the reading paired the time with no particular tick
+  ManualTime::read_ns = 682;  // 2,046 ticks: wide, but it counts, paired with its midpoint
+  sampled = time.system;
+  EXPECT_EQ(clock.now(), sampled);
+  ASSERT_TRUE(clock.calibrated());
+  ManualTime::read_ns = 0;
+  // The midpoint is 1,023 ticks past the sampled time: a rate 34 ppm slow,
+  // at most 17 us behind after half a second.
+  time.advance(500'000'000);
+  const std::int64_t behind = time.system - clock.now();
+  EXPECT_GT(behind, 10'000);
+  EXPECT_LT(behind, 20'000);
+  // A stale anchor is not replaced from a wide bracket either.
+  time.advance(600'000'000);
+  ManualTime::read_ns = 1'000'000;
+  const int reads = ManualTime::system_reads;
+  sampled = time.system;
+  EXPECT_EQ(clock.now(), sampled);
+  ManualTime::read_ns = 0;
+  EXPECT_EQ(clock.now(), time.system);  // still stale: the system clock again, and now a new anchor
+  EXPECT_EQ(ManualTime::system_reads, reads + 2);
+  time.advance(1'000);
+  EXPECT_LE(distance(clock.now(), time.system), 1);
+  EXPECT_EQ(ManualTime::system_reads, reads + 2);
+}
+
+TEST(UnixClock, TheProcessClockAgreesWithTheSystemClockAcrossThreadsAndAnchors) {
+  UnixClock* clock = UnixClock::process_clock();
+  if (clock == nullptr) GTEST_SKIP() << "no trusted time-stamp counter on this machine";
+  const auto system_now = [] {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
+  };
+  // Past calibration (10 ms of system time from the first reading).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (!clock->calibrated() && std::chrono::steady_clock::now() < deadline) {
+    clock->now();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_TRUE(clock->calibrated());
+  std::atomic<int> outside{0};
+  std::vector<std::thread> threads;
+  for (int thread = 0; thread < 4; ++thread) {
+    threads.emplace_back([&] {
+      for (int index = 0; index < 20'000; ++index) {
+        const std::int64_t before = system_now();
+        const std::int64_t reading = clock->now();
+        const std::int64_t after = system_now();
+        // Within 1 ms of the system clock: the rate's error over one resync
+        // age is microseconds, and a preempted thread widens the window.
+        if (reading < before - 1'000'000 || reading > after + 1'000'000) outside.fetch_add(1);
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(outside.load(), 0);
 }
 
 TEST(HandleText, SameTextAgreesWithStringEqualityAtEveryLengthAndDifferingByte) {

@@ -1,0 +1,128 @@
+#include "detail/unix_clock.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <x86intrin.h>
+#endif
+
+namespace fhelium::residency::detail {
+
+namespace {
+
+// Nanoseconds per tick, times 2^32, over a span; 0 when it does not fit.
+std::uint64_t rate(std::int64_t span_ns, std::uint64_t span_ticks) noexcept {
+  if (span_ns <= 0 || span_ticks == 0) return 0;
+  const unsigned __int128 scale = (static_cast<unsigned __int128>(span_ns) << 32) / span_ticks;
+  return scale == 0 || scale > UINT64_MAX ? 0 : static_cast<std::uint64_t>(scale);
+}
+
+// Whether `measured` is within 1/1000 of `current`: a rate across a step of
+// the system clock is not.
+bool agrees(std::uint64_t measured, std::uint64_t current) noexcept {
+  const std::uint64_t difference = measured > current ? measured - current : current - measured;
+  return difference <= current / 1000;
+}
+
+std::int64_t system_unix_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+#if defined(__x86_64__)
+std::uint64_t time_stamp_counter() { return __rdtsc(); }
+
+// The counter is trusted when the CPU says it is invariant (constant rate in
+// every power state) and the kernel keeps its own time with it, which it
+// does only after checking that the CPUs' counters agree.
+bool counter_is_trusted() {
+  if (const char* choice = std::getenv("FHELIUM_RESIDENCY_CLOCK"); choice != nullptr && std::strcmp(choice, "system") == 0) {
+    return false;
+  }
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid(0x80000007u, &eax, &ebx, &ecx, &edx) == 0 || (edx & (1u << 8)) == 0) return false;
+  std::FILE* source = std::fopen("/sys/devices/system/clocksource/clocksource0/current_clocksource", "r");
+  if (source == nullptr) return false;
+  char name[32] = {};
+  const bool read = std::fgets(name, sizeof name, source) != nullptr;
+  std::fclose(source);
+  return read && std::strcmp(name, "tsc\n") == 0;
+}
+#endif
+
+}  // namespace
+
+std::int64_t UnixClock::resync() noexcept {
+  // The system time is bracketed by two counter readings. A wide bracket
+  // (the thread was preempted or interrupted in between) pairs the time with
+  // no particular tick, so it anchors nothing.
+  const std::uint64_t before = sources_.ticks();
+  const std::int64_t system = sources_.system_ns();
+  const std::uint64_t after = sources_.ticks();
+  if (after < before || after - before > timing_.pair_ticks) return system;
+  const std::uint64_t ticks = before + (after - before) / 2;
+  if (writing_.exchange(true, std::memory_order_acquire)) return system;  // another thread is at it
+  const bool forward = ticks > anchor_ticks_ && system > anchor_ns_;
+  const std::int64_t span_ns = system - anchor_ns_;
+  const std::uint64_t span_ticks = ticks - anchor_ticks_;
+  if (!started_) {
+    started_ = true;  // calibration starts here
+    anchor_ticks_ = ticks;
+    anchor_ns_ = system;
+  } else if (anchor_scale_ == 0) {
+    if (!forward) {  // start calibrating again
+      anchor_ticks_ = ticks;
+      anchor_ns_ = system;
+    } else if (span_ns >= timing_.calibrate_ns) {
+      anchor_scale_ = rate(span_ns, span_ticks);
+      anchor_ticks_ = ticks;
+      anchor_ns_ = system;
+      if (anchor_scale_ != 0) publish(ticks, system, anchor_scale_);
+    }
+  } else if (!forward || span_ticks > limit_ticks_.load(std::memory_order_relaxed)) {
+    // Stale, or the counter or the system clock went back: a new anchor.
+    // Only a long enough span refines the rate (reading jitter over 10 ms is
+    // parts per million); a raced reading changes nothing.
+    if (forward && span_ns >= timing_.calibrate_ns) {
+      const std::uint64_t measured = rate(span_ns, span_ticks);
+      if (measured != 0 && agrees(measured, anchor_scale_)) anchor_scale_ = measured;
+    }
+    anchor_ticks_ = ticks;
+    anchor_ns_ = system;
+    publish(ticks, system, anchor_scale_);
+  }
+  writing_.store(false, std::memory_order_release);
+  return system;
+}
+
+void UnixClock::publish(std::uint64_t ticks, std::int64_t system_ns, std::uint64_t scale) noexcept {
+  const unsigned __int128 limit = (static_cast<unsigned __int128>(timing_.resync_ns) << 32) / scale;
+  const std::uint64_t sequence = sequence_.load(std::memory_order_relaxed);  // even: only this writer changes it
+  sequence_.store(sequence + 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  base_ticks_.store(ticks, std::memory_order_relaxed);
+  base_ns_.store(system_ns, std::memory_order_relaxed);
+  scale_.store(scale, std::memory_order_relaxed);
+  limit_ticks_.store(limit > UINT64_MAX / 2 ? UINT64_MAX / 2 : static_cast<std::uint64_t>(limit),
+                     std::memory_order_relaxed);
+  sequence_.store(sequence + 2, std::memory_order_release);
+}
+
+UnixClock* UnixClock::process_clock() {
+#if defined(__x86_64__)
+  static UnixClock* const clock = []() -> UnixClock* {
+    if (!counter_is_trusted()) return nullptr;
+    static UnixClock instance(Sources{&system_unix_ns, &time_stamp_counter}, Timing{});
+    return &instance;
+  }();
+  return clock;
+#else
+  return nullptr;
+#endif
+}
+
+}  // namespace fhelium::residency::detail
