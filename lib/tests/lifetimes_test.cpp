@@ -91,6 +91,22 @@ TEST_F(LeaseFixture, OneValueLifetimesShareThatValuesHandleList) {
   EXPECT_EQ(moved.handles(), std::vector<ResidencyHandle>{a});
 }
 
+TEST(Lifetimes, HandleListsStayReadableAfterTheManagerThatIssuedThemIsGone) {
+  SimulatedFixture fixture = make_fixture();
+  const ResidencyHandle one = fixture.manager->adopt(make_value(4, 1.0f));
+  const ResidencyHandle two = fixture.manager->adopt(make_value(4, 2.0f));
+  ResidencyLease borrowed = fixture.manager->acquire({one}, PAGEABLE_HOST);  // the value's own list
+  ResidencyHold owned = fixture.manager->hold({one, two}, PAGEABLE_HOST);   // a list of its own
+  borrowed.release();
+  owned.release();
+  fixture.manager.reset();  // closes and destroys the manager; the lifetimes keep its core
+  EXPECT_EQ(borrowed.handles(), std::vector<ResidencyHandle>{one});
+  EXPECT_EQ(owned.handles(), (std::vector<ResidencyHandle>{one, two}));
+  ResidencyLease moved = std::move(borrowed);
+  EXPECT_EQ(moved.handles(), std::vector<ResidencyHandle>{one});
+  EXPECT_TRUE(borrowed.handles().empty());  // NOLINT(bugprone-use-after-move): a moved-from lease covers nothing
+}
+
 TEST_F(LeaseFixture, LeasedValuesAreIdenticalAndUnreadableAfterRelease) {
   auto lease = manager.acquire({a, b}, PAGEABLE_HOST);
   EXPECT_TRUE(lease.active());

@@ -14,13 +14,13 @@ namespace fhelium::residency::detail {
 namespace {
 
 // `handles` without repeats, first occurrences in order (the reference's
-// lifetime normalization), shared; nullptr for one handle, since a one-value
-// lifetime hands out the value's own list. Throws std::invalid_argument naming
+// lifetime normalization), owned; empty for one handle, since a one-value
+// lifetime borrows the value's own list. Throws std::invalid_argument naming
 // `what` for an empty list or a malformed handle.
 HandleList unique_handles(const std::vector<ResidencyHandle>& handles, const char* what) {
   if (handles.size() == 1) {  // the common case: nothing to collapse or share
     validate_handle(handles.front());
-    return nullptr;
+    return {};
   }
   if (handles.empty()) throw std::invalid_argument(std::string(what) + " needs at least one handle");
   for (const auto& handle : handles) validate_handle(handle);
@@ -39,7 +39,7 @@ HandleList unique_handles(const std::vector<ResidencyHandle>& handles, const cha
       if (seen.insert(handle).second) unique.push_back(handle);
     }
   }
-  return std::make_shared<const std::vector<ResidencyHandle>>(std::move(unique));
+  return HandleList::own(std::move(unique));
 }
 
 }  // namespace
@@ -63,9 +63,9 @@ HandleList ManagerCore::covered_handles_locked(const CoveredRecords& records, Ha
   FHELIUM_CHECK(records.size() == 1, "a lifetime over several values without their list");
   ValueRecord& record = *records.front();
   if (!record.handle_list) {
-    record.handle_list = std::make_shared<const std::vector<ResidencyHandle>>(1, values_.handle_of(record));
+    record.handle_list = std::make_unique<const std::vector<ResidencyHandle>>(1, values_.handle_of(record));
   }
-  return record.handle_list;
+  return HandleList::borrow(*record.handle_list);
 }
 
 LifetimeGrant ManagerCore::acquire(const std::vector<ResidencyHandle>& handles, const ResidencyLocation& at,
@@ -79,7 +79,7 @@ LifetimeGrant ManagerCore::acquire(const std::vector<ResidencyHandle>& handles, 
   }
   reap_locked();  // before the stream check, as in the reference
   if (consumer_stream) runtime_->check_stream(at, *consumer_stream);
-  CoveredRecords records = resident_records_locked(several ? *several : handles, at);
+  CoveredRecords records = resident_records_locked(several ? several.get() : handles, at);
   HandleList covered = covered_handles_locked(records, std::move(several));  // before the grant: may throw
   const std::uint64_t token = lifetimes_.grant_lease(std::move(records), at, consumer_stream);
   bump_locked();
@@ -92,7 +92,7 @@ LifetimeGrant ManagerCore::hold(const std::vector<ResidencyHandle>& handles, con
   require_open_locked();
   runtime_->check_location(at);
   reap_locked();
-  CoveredRecords records = resident_records_locked(several ? *several : handles, at);
+  CoveredRecords records = resident_records_locked(several ? several.get() : handles, at);
   HandleList covered = covered_handles_locked(records, std::move(several));
   const std::uint64_t token = lifetimes_.grant_hold(std::move(records), at);
   bump_locked();

@@ -42,6 +42,7 @@ void ValueTable::remove_last() {
   Chunk& chunk = *chunks_[(size_ - 1) / chunk_records];
   FHELIUM_CHECK(chunk.back().materializations.empty(), "rolled-back record still has materializations");
   index_by_serial_[chunk.back().serial - 1] = 0;
+  if (chunk.back().handle_list) retired_lists_.push_back(std::move(chunk.back().handle_list));
   chunk.pop_back();
   --size_;
 }
@@ -102,6 +103,12 @@ void ValueTable::unclaim(std::span<const StorageKey> keys) {
 }
 
 void ValueTable::clear() {
+  // Lifetimes that outlive the close still read their handle lists.
+  for (const auto& chunk : chunks_) {
+    for (ValueRecord& record : *chunk) {
+      if (record.handle_list) retired_lists_.push_back(std::move(record.handle_list));
+    }
+  }
   chunks_.clear();
   size_ = 0;
   index_by_serial_.clear();

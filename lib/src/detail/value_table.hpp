@@ -59,9 +59,10 @@ struct ValueRecord {
   // `shadow_run` is that run's number, so no run has to clear it.
   mutable std::uint64_t shadow_run = 0;
   mutable InlineVector<ResidencyLocation, 3> shadow_locations;
-  // The one-handle list every lease or hold of this value alone hands out
-  // (ResidencyLease::handles): built at the first, shared by the rest.
-  std::shared_ptr<const std::vector<ResidencyHandle>> handle_list;
+  // The one-handle list every lease or hold of this value alone borrows
+  // (ResidencyLease::handles): built at the first. The table keeps it after
+  // the record goes (clear), for lifetimes that outlive a close.
+  std::unique_ptr<const std::vector<ResidencyHandle>> handle_list;
 
   Materialization* at(const ResidencyLocation& location);
   const Materialization* at(const ResidencyLocation& location) const;
@@ -104,6 +105,7 @@ class ValueTable {
   void claim(std::span<const StorageKey> keys, const ValueRecord& owner, const ResidencyLocation& location);
   void unclaim(std::span<const StorageKey> keys);
 
+  // Drops every record; handle lists lifetimes borrowed stay until the table goes.
   void clear();
 
  private:
@@ -120,6 +122,8 @@ class ValueTable {
   std::size_t size_ = 0;
   // Record index + 1 by serial - 1; 0 for a serial whose adopt was rolled back.
   std::vector<std::size_t> index_by_serial_;
+  // Handle lists of records that are gone, still borrowed by lifetimes.
+  std::vector<std::unique_ptr<const std::vector<ResidencyHandle>>> retired_lists_;
   StorageIndex storage_owners_;
 };
 

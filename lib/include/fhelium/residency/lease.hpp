@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "fhelium/residency/location.hpp"
@@ -31,12 +32,45 @@ class ResidencyManager;
 namespace detail {
 class ManagerCore;
 
-// The handles a lease or hold covers, shared and immutable: the list of a
-// lifetime over one value is the value's own, built at its first such
-// lifetime and shared by the next, so taking one allocates nothing.
-using HandleList = std::shared_ptr<const std::vector<ResidencyHandle>>;
 // The list of a moved-from lifetime: empty.
 const std::vector<ResidencyHandle>& no_handles() noexcept;
+
+// The handles a lease or hold covers, immutable. A lifetime over one value
+// borrows that value's own list, which the manager core builds at the value's
+// first such lifetime and keeps until the core is destroyed (every lifetime
+// keeps its core), so taking one allocates and counts nothing. A lifetime
+// over several values owns its list. A moved-from list is empty.
+class HandleList {
+ public:
+  HandleList() noexcept = default;
+  static HandleList borrow(const std::vector<ResidencyHandle>& list) noexcept {
+    HandleList borrowed;
+    borrowed.list_ = &list;
+    return borrowed;
+  }
+  static HandleList own(std::vector<ResidencyHandle> list) {
+    HandleList owner;
+    owner.owned_ = std::make_unique<const std::vector<ResidencyHandle>>(std::move(list));
+    owner.list_ = owner.owned_.get();
+    return owner;
+  }
+  HandleList(HandleList&& other) noexcept
+      : list_(std::exchange(other.list_, nullptr)), owned_(std::move(other.owned_)) {}
+  HandleList& operator=(HandleList&& other) noexcept {
+    if (this != &other) {
+      list_ = std::exchange(other.list_, nullptr);
+      owned_ = std::move(other.owned_);
+    }
+    return *this;
+  }
+
+  explicit operator bool() const noexcept { return list_ != nullptr; }
+  const std::vector<ResidencyHandle>& get() const noexcept { return list_ != nullptr ? *list_ : no_handles(); }
+
+ private:
+  const std::vector<ResidencyHandle>* list_ = nullptr;
+  std::unique_ptr<const std::vector<ResidencyHandle>> owned_;  // null when borrowed
+};
 
 // The part every lifetime object shares: its manager core, its token, and
 // whether it is still active. Moving transfers the lifetime; destroying or
@@ -73,7 +107,7 @@ class LifetimeToken {
 class ResidencyLease {
  public:
   const std::vector<ResidencyHandle>& handles() const noexcept {
-    return handles_ ? *handles_ : detail::no_handles();
+    return handles_.get();
   }
   ResidencyLocation location() const noexcept { return location_; }
   bool active() const noexcept { return lifetime_.active(); }
@@ -109,7 +143,7 @@ class ResidencyLease {
 class ResidencyHold {
  public:
   const std::vector<ResidencyHandle>& handles() const noexcept {
-    return handles_ ? *handles_ : detail::no_handles();
+    return handles_.get();
   }
   ResidencyLocation location() const noexcept { return location_; }
   bool active() const noexcept { return lifetime_.active(); }
