@@ -184,7 +184,7 @@ std::optional<ResidencyLocation> FaultInjectingRuntime::do_locate(const residenc
   return upstream_->locate(value);
 }
 
-std::vector<residency::StorageKey> FaultInjectingRuntime::do_storage_keys(const residency::ResidentValue& value) const {
+residency::StorageKeys FaultInjectingRuntime::do_storage_keys(const residency::ResidentValue& value) const {
   return upstream_->storage_keys(value);
 }
 

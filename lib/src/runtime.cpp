@@ -44,8 +44,8 @@ bool DeviceRuntime::occupies(const ResidentValue& value, const ResidencyLocation
   return actual && *actual == location;
 }
 
-std::vector<StorageKey> DeviceRuntime::do_storage_keys(const ResidentValue& value) const {
-  return value.storage_keys();
+StorageKeys DeviceRuntime::do_storage_keys(const ResidentValue& value) const {
+  return StorageKeys(value.storage_keys());
 }
 
 std::shared_ptr<CompletionEvent> DeviceRuntime::record_event(const c10::Stream& stream) {

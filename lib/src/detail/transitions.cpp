@@ -145,7 +145,7 @@ void Transitions::materialize(ValueRecord& record, TransferSource from, const Re
 }
 
 void Transitions::install(ValueRecord& record, const ResidencyLocation& location, ResidentValue value,
-                                 bool allow_exclusive_transition, std::optional<std::vector<StorageKey>> checked_keys) {
+                                 bool allow_exclusive_transition, std::optional<StorageKeys> checked_keys) {
   FHELIUM_CHECK(record.at(location) == nullptr, "materialization installed twice");
   if (record.spec.replica_mode == ReplicaMode::exclusive && !record.materializations.empty() &&
       !allow_exclusive_transition) {
@@ -155,12 +155,12 @@ void Transitions::install(ValueRecord& record, const ResidencyLocation& location
   // very location by load_locked, under the same lock: not twice.
   if (!checked_keys) validate(record.spec, value, location);
   ledger_.check_admission(location, record.spec.storage_nbytes);
-  std::vector<StorageKey> keys = checked_keys ? std::move(*checked_keys) : runtime_.storage_keys(value);
+  StorageKeys keys = checked_keys ? std::move(*checked_keys) : runtime_.storage_keys(value);
   if (!checked_keys) values_.check_unaliased(keys);
   register_location(location);
   values_.claim(keys, record, location);
   const std::int64_t storage = value.storage_nbytes();
-  record.materializations.emplace_back(location, std::move(value), storage, keys);
+  record.materializations.emplace_back(location, std::move(value), storage, std::move(keys));
   ledger_.add_used(location, record.spec.storage_nbytes);
   bump();
 }
@@ -203,7 +203,7 @@ Transitions::TransferSource Transitions::load(ValueRecord& record) {
   // A load must return fresh storage: one that aliases a managed
   // materialization would hand another value's bytes to this one, even when
   // only copied from (the copy itself is fresh).
-  std::vector<StorageKey> keys = runtime_.storage_keys(*loaded);
+  StorageKeys keys = runtime_.storage_keys(*loaded);
   values_.check_unaliased(keys);
   release.dismiss();
   return TransferSource{location, std::move(*loaded), true, std::move(keys)};

@@ -48,7 +48,7 @@ class Transitions {
   // `checked_keys`: the value's storage keys when it was already validated and
   // checked for aliasing at `location` (a load installed where it was made).
   void install(ValueRecord& record, const ResidencyLocation& location, ResidentValue value,
-               bool allow_exclusive_transition, std::optional<std::vector<StorageKey>> checked_keys = {});
+               bool allow_exclusive_transition, std::optional<StorageKeys> checked_keys = {});
   // Removes `record`'s materialization at `location`, which exists and is
   // not protected.
   void remove(ValueRecord& record, const ResidencyLocation& location);
@@ -65,7 +65,7 @@ class Transitions {
     ResidencyLocation location;
     ResidentValue value;
     bool temporary = false;
-    std::vector<StorageKey> keys;  // a loaded value's storage keys, checked unaliased
+    StorageKeys keys;  // a loaded value's storage keys, checked unaliased
   };
 
   void raise_refusal(const ValueRecord& record, const TransitionDecision& decision) const;

@@ -37,9 +37,8 @@ struct Materialization {
   // of the record's own.
   InlineVector<StorageKey, 1> storage_keys;
 
-  Materialization(ResidencyLocation location, ResidentValue&& value, std::int64_t storage_nbytes,
-                  const std::vector<StorageKey>& keys)
-      : location(location), storage_nbytes(storage_nbytes), value(std::move(value)), storage_keys(keys) {}
+  Materialization(ResidencyLocation location, ResidentValue&& value, std::int64_t storage_nbytes, StorageKeys keys)
+      : location(location), storage_nbytes(storage_nbytes), value(std::move(value)), storage_keys(std::move(keys)) {}
 
   bool is_protected() const { return use_count > 0 || hold_count > 0 || pending_count > 0; }
 };

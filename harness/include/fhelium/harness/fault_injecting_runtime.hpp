@@ -116,7 +116,7 @@ class FaultInjectingRuntime final : public residency::DeviceRuntime {
   residency::ResidentValue do_copy_to(const residency::ResidentValue& value, const ResidencyLocation& destination,
                                       const std::optional<c10::Stream>& stream) override;
   std::optional<ResidencyLocation> do_locate(const residency::ResidentValue& value) const override;
-  std::vector<residency::StorageKey> do_storage_keys(const residency::ResidentValue& value) const override;
+  residency::StorageKeys do_storage_keys(const residency::ResidentValue& value) const override;
   std::shared_ptr<residency::CompletionEvent> do_record_event(const c10::Stream& stream) override;
   bool do_query_event(const residency::CompletionEvent& event) override;
   void do_synchronize_event(const residency::CompletionEvent& event) override;

@@ -33,7 +33,7 @@ class ForwardingRuntime : public residency::DeviceRuntime {
   std::optional<residency::ResidencyLocation> do_locate(const residency::ResidentValue& value) const override {
     return upstream_->locate(value);
   }
-  std::vector<residency::StorageKey> do_storage_keys(const residency::ResidentValue& value) const override {
+  residency::StorageKeys do_storage_keys(const residency::ResidentValue& value) const override {
     return upstream_->storage_keys(value);
   }
   std::shared_ptr<residency::CompletionEvent> do_record_event(const c10::Stream& stream) override {

@@ -76,7 +76,7 @@ class DeviceRuntime {
   // Whether `value` lives entirely at `location` (always true without tensors).
   bool occupies(const ResidentValue& value, const ResidencyLocation& location) const;
   // Distinct backing-storage identities of `value`.
-  std::vector<StorageKey> storage_keys(const ResidentValue& value) const { return do_storage_keys(value); }
+  StorageKeys storage_keys(const ResidentValue& value) const { return do_storage_keys(value); }
 
   // Records a completion event after the work enqueued so far on `stream`.
   std::shared_ptr<CompletionEvent> record_event(const c10::Stream& stream);
@@ -100,7 +100,7 @@ class DeviceRuntime {
   virtual ResidentValue do_copy_to(const ResidentValue& value, const ResidencyLocation& destination,
                                    const std::optional<c10::Stream>& stream) = 0;
   virtual std::optional<ResidencyLocation> do_locate(const ResidentValue& value) const = 0;
-  virtual std::vector<StorageKey> do_storage_keys(const ResidentValue& value) const;
+  virtual StorageKeys do_storage_keys(const ResidentValue& value) const;
   virtual std::shared_ptr<CompletionEvent> do_record_event(const c10::Stream& stream) = 0;
   virtual bool do_query_event(const CompletionEvent& event) = 0;
   virtual void do_synchronize_event(const CompletionEvent& event) = 0;

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <functional>
 
+#include "fhelium/residency/inline_vector.hpp"
+
 namespace fhelium::residency {
 
 // The device of a storage and the address of its storage object. Two tensors
@@ -17,6 +19,11 @@ struct StorageKey {
   std::uintptr_t address = 0;
   friend bool operator==(const StorageKey&, const StorageKey&) = default;
 };
+
+// A value's distinct storage keys, as a runtime reports them. Most values
+// have one storage, kept inline: reporting it allocates nothing. Converts to
+// std::vector<StorageKey>.
+using StorageKeys = InlineVector<StorageKey, 1>;
 
 }  // namespace fhelium::residency
 
