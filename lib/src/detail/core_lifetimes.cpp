@@ -18,7 +18,7 @@ namespace {
 // lifetime borrows the value's own list. Throws std::invalid_argument naming
 // `what` for an empty list or a malformed handle.
 HandleList unique_handles(const std::vector<ResidencyHandle>& handles, const char* what) {
-  if (handles.size() == 1) {  // the common case: nothing to collapse or share
+  if (handles.size() == 1) {  // the common case: nothing to collapse or own
     validate_handle(handles.front());
     return {};
   }
