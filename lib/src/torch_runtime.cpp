@@ -146,10 +146,7 @@ std::optional<AllocatorStats> TorchRuntime::do_allocator_stats(const c10::Device
 std::int64_t TorchRuntime::do_now_ns() {
   // The counter-based clock where the CPU and kernel vouch for the counter
   // (detail/unix_clock.hpp); FHELIUM_RESIDENCY_CLOCK=system turns it off.
-  static detail::UnixClock* const clock = detail::UnixClock::process_clock();
-  if (clock != nullptr) return clock->now();
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return detail::unix_time_ns();
 }
 
 std::shared_ptr<DeviceRuntime> default_runtime() {

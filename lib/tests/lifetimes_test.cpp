@@ -87,6 +87,8 @@ TEST_F(LeaseFixture, OneValueLifetimesShareThatValuesHandleList) {
   hold.release();
   collapsed.release();
   other.release();
+  manager.discard(a);
+  EXPECT_EQ(moved.handles(), std::vector<ResidencyHandle>{a});
   manager.close();
   EXPECT_EQ(moved.handles(), std::vector<ResidencyHandle>{a});
 }

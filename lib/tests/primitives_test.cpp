@@ -5,6 +5,7 @@
 
 #include <set>
 
+#include "fhelium/harness/forwarding_runtime.hpp"
 #include "support.hpp"
 
 namespace fhelium::residency {
@@ -438,6 +439,44 @@ TEST(Trace, RebuildsEveryReportItsCallsReturned) {
   const std::vector<ResidencyTransitionReport> before_close = manager.trace();
   manager.close();
   EXPECT_EQ(manager.trace(), before_close);  // the handles are rebuilt without the value records
+}
+
+// A runtime whose clock reads back in time at every other reading, as a
+// system clock stepped back (or a counter clock re-anchored to it) would.
+class SteppingBackClock final : public harness::ForwardingRuntime {
+ public:
+  using ForwardingRuntime::ForwardingRuntime;
+  int readings = 0;
+
+ private:
+  std::int64_t do_now_ns() override {
+    ++readings;
+    return 1'000'000'000 + (readings % 2 == 0 ? -1'000 * readings : 1'000 * readings);
+  }
+};
+
+TEST(Clock, SnapshotAndReportTimesNeverDecreaseWhenTheRuntimesClockStepsBack) {
+  auto clock = std::make_shared<SteppingBackClock>(std::make_shared<harness::SimulatedRuntime>());
+  ManagerOptions options;
+  options.runtime = clock;
+  ResidencyManager manager(std::move(options));
+  const ResidencyHandle value = manager.adopt(make_value(4), std::nullopt, ReplicaMode::replicable);
+  std::int64_t latest = 0;
+  const auto later = [&](std::int64_t time, const char* what) {
+    EXPECT_GE(time, latest) << what;
+    latest = std::max(latest, time);
+  };
+  for (int round = 0; round < 4; ++round) {
+    later(manager.snapshot().captured_at_ns, "snapshot");
+    const ResidencyTransitionReport copied = manager.copy(value, PINNED_HOST);
+    later(copied.started_at_ns, "copy start");
+    later(copied.completed_at_ns, "copy completion");
+    const ResidencyPlanReport plan = manager.execute_actions({DropResident{value, PINNED_HOST}});
+    later(plan.started_at_ns, "plan start");
+    later(plan.transitions.front().completed_at_ns, "plan action");
+    later(plan.completed_at_ns, "plan completion");
+  }
+  EXPECT_GT(clock->readings, 8);  // the readings did step back under the manager
 }
 
 }  // namespace

@@ -44,33 +44,33 @@ HandleList unique_handles(const std::vector<ResidencyHandle>& handles, const cha
 
 }  // namespace
 
-CoveredRecords ManagerCore::resident_records_locked(const std::vector<ResidencyHandle>& handles,
-                                                   const ResidencyLocation& at) {
-  CoveredRecords records;
-  for (const auto& handle : handles) {
+ManagerCore::Covered ManagerCore::cover_locked(const std::vector<ResidencyHandle>& requested, HandleList unique,
+                                               const ResidencyLocation& at) {
+  Covered covered;
+  for (const auto& handle : unique ? unique.get() : requested) {
     ValueRecord& record = values_.lookup(handle);
     if (record.at(at) == nullptr) {
       throw ResidencyUnavailableError("value '" + handle.handle_id + "' (" + record.spec.value_type +
                                       ") is not resident at " + at.name());
     }
-    records.push_back(&record);
+    covered.records.push_back(&record);
   }
-  return records;
-}
-
-HandleList ManagerCore::covered_handles_locked(const CoveredRecords& records, HandleList several) {
-  if (several) return several;
-  FHELIUM_CHECK(records.size() == 1, "a lifetime over several values without their list");
-  ValueRecord& record = *records.front();
+  if (unique) {
+    covered.handles = std::move(unique);
+    return covered;
+  }
+  FHELIUM_CHECK(covered.records.size() == 1, "a lifetime over several values without their list");
+  ValueRecord& record = *covered.records.front();
   if (!record.handle_list) {
     record.handle_list = std::make_unique<const std::vector<ResidencyHandle>>(1, values_.handle_of(record));
   }
-  return HandleList::borrow(*record.handle_list);
+  covered.handles = HandleList::borrow(*record.handle_list);
+  return covered;
 }
 
 LifetimeGrant ManagerCore::acquire(const std::vector<ResidencyHandle>& handles, const ResidencyLocation& at,
                                    const std::optional<c10::Stream>& consumer_stream) {
-  HandleList several = unique_handles(handles, "acquire");
+  HandleList unique = unique_handles(handles, "acquire");
   StateAccess access(*this);
   require_open_locked();
   runtime_->check_location(at);
@@ -79,24 +79,22 @@ LifetimeGrant ManagerCore::acquire(const std::vector<ResidencyHandle>& handles, 
   }
   reap_locked();  // before the stream check, as in the reference
   if (consumer_stream) runtime_->check_stream(at, *consumer_stream);
-  CoveredRecords records = resident_records_locked(several ? several.get() : handles, at);
-  HandleList covered = covered_handles_locked(records, std::move(several));  // before the grant: may throw
-  const std::uint64_t token = lifetimes_.grant_lease(std::move(records), at, consumer_stream);
+  Covered covered = cover_locked(handles, std::move(unique), at);  // before the grant: may throw
+  const std::uint64_t token = lifetimes_.grant_lease(std::move(covered.records), at, consumer_stream);
   bump_locked();
-  return {token, std::move(covered)};
+  return {token, std::move(covered.handles)};
 }
 
 LifetimeGrant ManagerCore::hold(const std::vector<ResidencyHandle>& handles, const ResidencyLocation& at) {
-  HandleList several = unique_handles(handles, "hold");
+  HandleList unique = unique_handles(handles, "hold");
   StateAccess access(*this);
   require_open_locked();
   runtime_->check_location(at);
   reap_locked();
-  CoveredRecords records = resident_records_locked(several ? several.get() : handles, at);
-  HandleList covered = covered_handles_locked(records, std::move(several));
-  const std::uint64_t token = lifetimes_.grant_hold(std::move(records), at);
+  Covered covered = cover_locked(handles, std::move(unique), at);
+  const std::uint64_t token = lifetimes_.grant_hold(std::move(covered.records), at);
   bump_locked();
-  return {token, std::move(covered)};
+  return {token, std::move(covered.handles)};
 }
 
 std::uint64_t ManagerCore::reserve(const ResidencyLocation& location, std::int64_t nbytes, const std::string& label) {

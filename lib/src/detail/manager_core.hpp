@@ -165,11 +165,16 @@ class ManagerCore {
       const std::optional<c10::Device>& device);
 
   // Lifetimes (core_lifetimes.cpp).
-  CoveredRecords resident_records_locked(const std::vector<ResidencyHandle>& handles,
-                                         const ResidencyLocation& at);
-  // The list a lifetime over `records` hands out: the one value's own shared
-  // list, or `several` (the request's unique handles, shared) for more values.
-  HandleList covered_handles_locked(const CoveredRecords& records, HandleList several);
+  // What a lifetime over the `requested` handles covers at `at`: the value
+  // records, and the handle list it hands out. `unique` is the request's
+  // unique handles (unique_handles), empty for one handle: that value's own
+  // list is then borrowed. Throws ResidencyUnavailableError for a value not
+  // resident at `at`, before anything changes.
+  struct Covered {
+    CoveredRecords records;
+    HandleList handles;
+  };
+  Covered cover_locked(const std::vector<ResidencyHandle>& requested, HandleList unique, const ResidencyLocation& at);
   std::uint64_t reserve_locked(const ResidencyLocation& location, std::int64_t nbytes, const std::string& label);
   void release_reservation_locked(std::uint64_t token);
   void release_lease_locked(std::uint64_t token, bool wait);

@@ -69,31 +69,30 @@ std::int64_t UnixClock::resync() noexcept {
   const bool forward = ticks > anchor_ticks_ && system > anchor_ns_;
   const std::int64_t span_ns = system - anchor_ns_;
   const std::uint64_t span_ticks = ticks - anchor_ticks_;
-  if (!started_) {
-    started_ = true;  // calibration starts here
-    anchor_ticks_ = ticks;
-    anchor_ns_ = system;
-  } else if (anchor_scale_ == 0) {
-    if (!forward) {  // start calibrating again
-      anchor_ticks_ = ticks;
-      anchor_ns_ = system;
-    } else if (span_ns >= timing_.calibrate_ns) {
-      anchor_scale_ = rate(span_ns, span_ticks);
-      anchor_ticks_ = ticks;
-      anchor_ns_ = system;
-      if (anchor_scale_ != 0) publish(ticks, system, anchor_scale_);
-    }
+  // Only a long enough span measures a rate (reading jitter over 10 ms is
+  // parts per million).
+  const bool measurable = started_ && forward && span_ns >= timing_.calibrate_ns;
+  bool anchor = false;
+  if (anchor_scale_ == 0) {
+    // Calibrating: the first reading starts it, a reading that went back
+    // starts it again, and one a long enough span later completes it.
+    if (measurable) anchor_scale_ = rate(span_ns, span_ticks);
+    anchor = !started_ || !forward || measurable;
+    started_ = true;
   } else if (!forward || span_ticks > limit_ticks_.load(std::memory_order_relaxed)) {
-    // Stale, or the counter or the system clock went back: a new anchor.
-    // Only a long enough span refines the rate (reading jitter over 10 ms is
-    // parts per million); a raced reading changes nothing.
-    if (forward && span_ns >= timing_.calibrate_ns) {
+    // Stale, or the counter or the system clock went back: a new anchor,
+    // refining the rate when the span measures one. A raced reading that
+    // found the anchor fresh changes nothing.
+    if (measurable) {
       const std::uint64_t measured = rate(span_ns, span_ticks);
       if (measured != 0 && agrees(measured, anchor_scale_)) anchor_scale_ = measured;
     }
+    anchor = true;
+  }
+  if (anchor) {
     anchor_ticks_ = ticks;
     anchor_ns_ = system;
-    publish(ticks, system, anchor_scale_);
+    if (anchor_scale_ != 0) publish(ticks, system, anchor_scale_);
   }
   writing_.store(false, std::memory_order_release);
   return system;
@@ -110,6 +109,11 @@ void UnixClock::publish(std::uint64_t ticks, std::int64_t system_ns, std::uint64
   limit_ticks_.store(limit > UINT64_MAX / 2 ? UINT64_MAX / 2 : static_cast<std::uint64_t>(limit),
                      std::memory_order_relaxed);
   sequence_.store(sequence + 2, std::memory_order_release);
+}
+
+std::int64_t unix_time_ns() {
+  static UnixClock* const clock = UnixClock::process_clock();
+  return clock != nullptr ? clock->now() : system_unix_ns();
 }
 
 UnixClock* UnixClock::process_clock() {

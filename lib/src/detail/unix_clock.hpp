@@ -103,4 +103,8 @@ class UnixClock {
   std::uint64_t anchor_scale_ = 0;  // 0 until calibrated
 };
 
+// Unix time in nanoseconds: the process clock's reading where there is one
+// (UnixClock::process_clock), the system clock's elsewhere. TorchRuntime's clock.
+std::int64_t unix_time_ns();
+
 }  // namespace fhelium::residency::detail

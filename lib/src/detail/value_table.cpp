@@ -42,7 +42,7 @@ void ValueTable::remove_last() {
   Chunk& chunk = *chunks_[(size_ - 1) / chunk_records];
   FHELIUM_CHECK(chunk.back().materializations.empty(), "rolled-back record still has materializations");
   index_by_serial_[chunk.back().serial - 1] = 0;
-  if (chunk.back().handle_list) retired_lists_.push_back(std::move(chunk.back().handle_list));
+  retire_handle_list(chunk.back());
   chunk.pop_back();
   --size_;
 }
@@ -102,12 +102,14 @@ void ValueTable::unclaim(std::span<const StorageKey> keys) {
   }
 }
 
+void ValueTable::retire_handle_list(ValueRecord& record) {
+  // Lifetimes that outlive the record (a close, a rolled-back adopt) still read it.
+  if (record.handle_list) retired_lists_.push_back(std::move(record.handle_list));
+}
+
 void ValueTable::clear() {
-  // Lifetimes that outlive the close still read their handle lists.
   for (const auto& chunk : chunks_) {
-    for (ValueRecord& record : *chunk) {
-      if (record.handle_list) retired_lists_.push_back(std::move(record.handle_list));
-    }
+    for (ValueRecord& record : *chunk) retire_handle_list(record);
   }
   chunks_.clear();
   size_ = 0;

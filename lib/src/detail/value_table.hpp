@@ -35,7 +35,7 @@ struct Materialization {
   ResidentValue value;
   // Kept inline: most values have one storage, and a drop then frees nothing
   // of the record's own.
-  InlineVector<StorageKey, 1> storage_keys;
+  StorageKeys storage_keys;
 
   Materialization(ResidencyLocation location, ResidentValue&& value, std::int64_t storage_nbytes, StorageKeys keys)
       : location(location), storage_nbytes(storage_nbytes), value(std::move(value)), storage_keys(std::move(keys)) {}
@@ -114,6 +114,8 @@ class ValueTable {
   // find() for a handle whose manager id is already known to be this table's.
   ValueRecord* find_issued_here(const ResidencyHandle& handle);
   ValueRecord& record_at(std::size_t index) { return (*chunks_[index / chunk_records])[index % chunk_records]; }
+  // Keeps `record`'s handle list, if it has one, in retired_lists_.
+  void retire_handle_list(ValueRecord& record);
 
   std::string manager_id_;
   std::uint64_t next_serial_ = 1;

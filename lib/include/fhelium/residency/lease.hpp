@@ -106,9 +106,7 @@ class LifetimeToken {
 
 class ResidencyLease {
  public:
-  const std::vector<ResidencyHandle>& handles() const noexcept {
-    return handles_.get();
-  }
+  const std::vector<ResidencyHandle>& handles() const noexcept { return handles_.get(); }
   ResidencyLocation location() const noexcept { return location_; }
   bool active() const noexcept { return lifetime_.active(); }
 
@@ -142,9 +140,7 @@ class ResidencyLease {
 
 class ResidencyHold {
  public:
-  const std::vector<ResidencyHandle>& handles() const noexcept {
-    return handles_.get();
-  }
+  const std::vector<ResidencyHandle>& handles() const noexcept { return handles_.get(); }
   ResidencyLocation location() const noexcept { return location_; }
   bool active() const noexcept { return lifetime_.active(); }
   // Ends the protection. Idempotent.
