@@ -15,6 +15,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "detail/dry_run.hpp"
@@ -310,6 +311,14 @@ TEST(TokenTable, KeepsCreationOrderThroughErasesAndSweeps) {
   EXPECT_TRUE(table.find(6) == table.end());
   EXPECT_TRUE(table.find(99) == table.end());
   EXPECT_EQ(table.find(4)->second, "t4");
+  // get() and erase(token) agree with find() on live, erased and unknown tokens.
+  ASSERT_NE(table.get(5), nullptr);
+  EXPECT_EQ(*table.get(5), "t5");
+  EXPECT_EQ(table.get(2), nullptr);
+  EXPECT_EQ(table.get(6), nullptr);
+  EXPECT_EQ(std::as_const(table).get(99), nullptr);
+  EXPECT_FALSE(table.erase(std::uint64_t{2}));
+  EXPECT_FALSE(table.erase(std::uint64_t{99}));
   EXPECT_DEATH(table.emplace(6, "reused"), "lifetime tokens out of order");  // tokens only grow
   // Erasing while iterating, the last entries included.
   for (auto it = table.begin(); it != table.end();) {
@@ -326,6 +335,9 @@ TEST(TokenTable, KeepsCreationOrderThroughErasesAndSweeps) {
   EXPECT_EQ(table.size(), 2u);  // 3 and 1999
   EXPECT_EQ(tokens_of(table), (std::vector<std::uint64_t>{3, 1999}));
   EXPECT_EQ(table.find(3)->second, "t3");
+  EXPECT_TRUE(table.erase(std::uint64_t{1999}));  // the newest, by token
+  EXPECT_EQ(tokens_of(table), (std::vector<std::uint64_t>{3}));
+  EXPECT_EQ(table.get(1999), nullptr);
   table.clear();
   EXPECT_TRUE(table.empty());
   EXPECT_TRUE(table.begin() == table.end());
@@ -400,6 +412,25 @@ TEST(InlineVector, KeepsOrderAcrossTheSpillAndErase) {
   EXPECT_EQ(std::vector<std::string>(taken.begin(), taken.end()), (std::vector<std::string>{"a", "c", "a", "ddddd"}));
   taken.clear();
   EXPECT_TRUE(taken.empty());
+}
+
+TEST(InlineVector, TriviallyCopyableElementsMoveAtEverySizeInlineAndSpilled) {
+  // Elements like pointers and locations take the unrolled copy when inline.
+  for (std::size_t size = 0; size <= 5; ++size) {
+    InlineVector<int, 3> items;
+    for (std::size_t index = 0; index < size; ++index) items.push_back(static_cast<int>(10 + index));
+    EXPECT_EQ(items.spilled(), size > 3);
+    std::vector<int> expected(items.begin(), items.end());
+    InlineVector<int, 3> moved(std::move(items));
+    EXPECT_TRUE(items.empty()) << size;
+    EXPECT_EQ(std::vector<int>(moved.begin(), moved.end()), expected) << size;
+    items.push_back(7);  // the moved-from vector is usable
+    EXPECT_EQ(items.front(), 7);
+    InlineVector<int, 3> assigned{1, 2, 3, 4, 5, 6};
+    assigned = std::move(moved);
+    EXPECT_EQ(std::vector<int>(assigned.begin(), assigned.end()), expected) << size;
+    EXPECT_TRUE(moved.empty()) << size;
+  }
 }
 
 // ---- the value table ----------------------------------------------------------
@@ -714,7 +745,7 @@ TEST(LifetimeTable, GrantsAndReleasesCountsInPairsWithOneTokenSequence) {
   EXPECT_EQ(released->nbytes, 64);
   EXPECT_EQ(released->label, "kv");
   EXPECT_FALSE(table.release_reservation(reservation).has_value());
-  table.end_reads(lease, false);
+  table.end_reads(lease, *table.active_lease(lease));
   EXPECT_EQ(table.active_lease(lease), nullptr);
   EXPECT_TRUE(table.empty());
   EXPECT_EQ(fixture.counts(fixture.first, CUDA0), (std::vector<std::int64_t>{0, 0, 0}));
@@ -731,7 +762,8 @@ TEST(LifetimeTable, APendingLeaseProtectsUntilItsEventsCompleteAndIsReapedOnce) 
   const c10::Stream stream = runtime.stream(0, 1);
   const std::uint64_t lease = table.grant_lease(fixture.both(), CUDA0, stream);
   runtime.enqueue(stream, 100);  // the consumer's kernel
-  table.end_reads(lease, true, {runtime.record_event(stream)});
+  table.end_reads_pending(*table.active_lease(lease), {runtime.record_event(stream)});
+  EXPECT_EQ(table.active_lease(lease), nullptr);  // pending, no longer active
   EXPECT_EQ(table.pending_lease_count(), 1u);
   EXPECT_EQ(fixture.counts(fixture.first, CUDA0), (std::vector<std::int64_t>{0, 0, 1}));
   const Materialization& item = *fixture.first->at(CUDA0);
@@ -754,10 +786,10 @@ TEST(LifetimeTable, APendingLeaseWithoutEventsIsNeverReapedAndSynchronizingFinis
   const c10::Stream busy = runtime.stream(0, 1), idle = runtime.stream(0, 2);
   // Recording failed and so did synchronizing: pending with no events.
   const std::uint64_t unproven = table.grant_lease(fixture.both(), CUDA0, busy);
-  table.end_reads(unproven, true);
+  table.end_reads_pending(*table.active_lease(unproven), {});
   runtime.enqueue(idle, 10);
   const std::uint64_t proven = table.grant_lease(fixture.both(), CUDA0, idle);
-  table.end_reads(proven, true, {runtime.record_event(idle)});
+  table.end_reads_pending(*table.active_lease(proven), {runtime.record_event(idle)});
   runtime.advance(1000);
   EXPECT_EQ(table.reap(runtime), 1u);  // only the lease with a completed event
   EXPECT_TRUE(table.still_protects(*fixture.first->at(CUDA0), runtime));

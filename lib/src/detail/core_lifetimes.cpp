@@ -175,11 +175,11 @@ void ManagerCore::release_lease(std::uint64_t token, bool wait) {
 }
 
 void ManagerCore::release_lease_locked(std::uint64_t token, bool wait) {
-  const LeaseRecord* lease = lifetimes_.active_lease(token);
+  LeaseRecord* lease = lifetimes_.active_lease(token);
   if (lease == nullptr) return;
   if (!lease->location.is_cuda() || lease->streams.empty()) {
     // Host reads are complete when the borrower says so.
-    lifetimes_.end_reads(token, false);
+    lifetimes_.end_reads(token, *lease);
     bump_locked();
     return;
   }
@@ -192,20 +192,20 @@ void ManagerCore::release_lease_locked(std::uint64_t token, bool wait) {
     try {
       for (const auto& stream : lease->streams) runtime_->synchronize_stream(stream);
     } catch (const std::exception& sync_error) {
-      lifetimes_.end_reads(token, true);
+      lifetimes_.end_reads_pending(*lease, {});
       bump_locked();
       diagnose_locked("lease at " + where + ": event recording failed (" + record_error.what() +
                       ") and stream synchronization failed (" + sync_error.what() +
                       "); its materializations stay protected until a forced close");
       return;
     }
-    lifetimes_.end_reads(token, false);
+    lifetimes_.end_reads(token, *lease);
     bump_locked();
     diagnose_locked("lease at " + where + ": event recording failed (" + record_error.what() +
                     "); released after synchronizing its consumer streams");
     return;
   }
-  lifetimes_.end_reads(token, true, std::move(events));  // the record stays where `lease` points
+  lifetimes_.end_reads_pending(*lease, std::move(events));  // the record stays where `lease` points
   bump_locked();
   if (!wait) return;
   for (const auto& event : lease->events) runtime_->synchronize_event(*event);  // on failure: stays pending

@@ -38,36 +38,38 @@ std::uint64_t LifetimeTable::add_reservation(const ResidencyLocation& location, 
 }
 
 LeaseRecord* LifetimeTable::active_lease(std::uint64_t token) {
-  const auto found = leases_.find(token);
-  if (found == leases_.end() || found->second.state != LeaseState::active) return nullptr;
-  return &found->second;
+  LeaseRecord* lease = leases_.get(token);
+  return lease == nullptr || lease->state != LeaseState::active ? nullptr : lease;
 }
 
-const HoldRecord* LifetimeTable::hold(std::uint64_t token) const {
-  const auto found = holds_.find(token);
-  return found == holds_.end() ? nullptr : &found->second;
-}
+const HoldRecord* LifetimeTable::hold(std::uint64_t token) const { return holds_.get(token); }
 
-const ReservationRecord* LifetimeTable::reservation(std::uint64_t token) const {
-  const auto found = reservations_.find(token);
-  return found == reservations_.end() ? nullptr : &found->second;
-}
+const ReservationRecord* LifetimeTable::reservation(std::uint64_t token) const { return reservations_.get(token); }
 
-void LifetimeTable::end_reads(std::uint64_t token, bool pending, std::vector<std::shared_ptr<CompletionEvent>> events) {
-  const auto found = leases_.find(token);
-  FHELIUM_CHECK(found != leases_.end() && found->second.state == LeaseState::active, "ending a lease that is not active");
-  LeaseRecord& lease = found->second;
-  FHELIUM_CHECK(pending || events.empty(), "a lease ended at once has no events to wait for");
+namespace {
+
+// Ends the reads `lease` counts on its materializations; `pending` keeps
+// them protected until the lease finishes.
+void end_use(LeaseRecord& lease, bool pending) {
+  FHELIUM_CHECK(lease.state == LeaseState::active, "ending a lease that is not active");
   for (ValueRecord* record : lease.records) {
     Materialization& item = covered(record, lease.location);
     FHELIUM_CHECK(item.use_count > 0, "lease released on an unused materialization");
     item.use_count -= 1;
     if (pending) item.pending_count += 1;
   }
-  if (!pending) {
-    leases_.erase(found);
-    return;
-  }
+}
+
+}  // namespace
+
+void LifetimeTable::end_reads(std::uint64_t token, LeaseRecord& lease) {
+  end_use(lease, false);
+  const bool erased = leases_.erase(token);
+  FHELIUM_CHECK(erased, "ended a lease that is not in the table");
+}
+
+void LifetimeTable::end_reads_pending(LeaseRecord& lease, std::vector<std::shared_ptr<CompletionEvent>> events) {
+  end_use(lease, true);
   lease.state = LeaseState::pending;
   lease.events = std::move(events);
   ++pending_leases_;

@@ -38,11 +38,14 @@ class LifetimeTable {
   const HoldRecord* hold(std::uint64_t token) const;
   const ReservationRecord* reservation(std::uint64_t token) const;
 
-  // Ends the reads of the active lease `token`. Host leases and leases without
-  // events to wait for end at once (`events` empty, `pending` false); a CUDA
-  // lease becomes pending on `events` (which may be empty: then nothing ever
-  // proves completion, and it protects until a forced close).
-  void end_reads(std::uint64_t token, bool pending, std::vector<std::shared_ptr<CompletionEvent>> events = {});
+  // Ends the reads of `lease`, the active lease `token`, at once (host
+  // leases, and leases with nothing to wait for): its protection ends and its
+  // record goes.
+  void end_reads(std::uint64_t token, LeaseRecord& lease);
+  // Ends the reads of the active `lease` but keeps it protecting, pending on
+  // `events` (which may be empty: then nothing ever proves completion, and it
+  // protects until a forced close).
+  void end_reads_pending(LeaseRecord& lease, std::vector<std::shared_ptr<CompletionEvent>> events);
   // Finishes the pending lease `token`: its protection ends.
   void finish_pending(std::uint64_t token);
   // Undo a hold / reservation; false / nothing when `token` is not live.

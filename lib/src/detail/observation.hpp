@@ -13,12 +13,12 @@
 
 namespace fhelium::residency::detail {
 
-// `describe()` returns the record's arguments; `complete(record, result)`
-// (or `complete(record)` for a void call) adds what the result tells.
+// The observed path of observe_call, out of line: a call without an observer
+// pays only for the check.
 template <class Describe, class Body, class Complete>
-decltype(auto) observe_call(ManagerCore& core, Describe&& describe, Body&& body, Complete&& complete) {
+[[gnu::noinline]] decltype(auto) observe_recorded(ManagerCore& core, Describe&& describe, Body&& body,
+                                                  Complete&& complete) {
   using Result = decltype(body());
-  if (!core.observed()) return body();
   ObservedOperation operation = describe();
   const auto failed = [&] {
     operation.error = std::current_exception();
@@ -52,6 +52,15 @@ decltype(auto) observe_call(ManagerCore& core, Describe&& describe, Body&& body,
     core.observe(std::move(operation));
     return Result(std::move(*result));
   }
+}
+
+// `describe()` returns the record's arguments; `complete(record, result)`
+// (or `complete(record)` for a void call) adds what the result tells.
+template <class Describe, class Body, class Complete>
+decltype(auto) observe_call(ManagerCore& core, Describe&& describe, Body&& body, Complete&& complete) {
+  if (!core.observed()) [[likely]] return body();
+  return observe_recorded(core, std::forward<Describe>(describe), std::forward<Body>(body),
+                          std::forward<Complete>(complete));
 }
 
 // For calls whose result adds nothing to the record.

@@ -78,17 +78,26 @@ class TokenTable {
 
   iterator find(std::uint64_t token) { return {this, locate(token)}; }
   const_iterator find(std::uint64_t token) const { return {this, locate(token)}; }
+  // The live entry of `token`, or nullptr: find() without an iterator.
+  T* get(std::uint64_t token) {
+    const std::size_t index = locate(token);
+    return index == items_.size() ? nullptr : &items_[index]->second;
+  }
+  const T* get(std::uint64_t token) const {
+    const std::size_t index = locate(token);
+    return index == items_.size() ? nullptr : &items_[index]->second;
+  }
 
   void erase(const iterator& at) {
     FHELIUM_CHECK(at.index_ < items_.size() && items_[at.index_], "erasing a lifetime that is not in the table");
-    items_[at.index_].reset();
-    --live_;
-    // Trailing tombstones go at once, so a table whose newest lifetimes end
-    // first (a lease taken and released) stays as short as its live entries.
-    while (!items_.empty() && !items_.back()) {
-      items_.pop_back();
-      tokens_.pop_back();
-    }
+    erase_at(at.index_);
+  }
+  // Erases the live entry of `token`; false when there is none.
+  bool erase(std::uint64_t token) {
+    const std::size_t index = locate(token);
+    if (index == items_.size()) return false;
+    erase_at(index);
+    return true;
   }
 
   void clear() noexcept {
@@ -98,6 +107,17 @@ class TokenTable {
   }
 
  private:
+  void erase_at(std::size_t index) {
+    items_[index].reset();
+    --live_;
+    // Trailing tombstones go at once, so a table whose newest lifetimes end
+    // first (a lease taken and released) stays as short as its live entries.
+    while (!items_.empty() && !items_.back()) {
+      items_.pop_back();
+      tokens_.pop_back();
+    }
+  }
+
   // The index of live `token`, or items_.size().
   std::size_t locate(std::uint64_t token) const {
     // The newest lifetime is the one most often ended (taken and released).

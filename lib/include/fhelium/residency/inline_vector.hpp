@@ -179,6 +179,16 @@ class InlineVector {
       other.size_ = 0;
       return;
     }
+    if constexpr (std::is_trivially_copyable_v<T> && N <= 4) {
+      // A loop of constant length the compiler unrolls: a few register moves
+      // where std::uninitialized_move would call memmove.
+      for (std::size_t index = 0; index < N; ++index) {
+        if (index < other.size_) ::new (static_cast<void*>(inline_data() + index)) T(other.inline_data()[index]);
+      }
+      size_ = other.size_;
+      other.size_ = 0;
+      return;
+    }
     std::uninitialized_move(other.begin(), other.end(), inline_data());
     size_ = other.size_;
     other.clear();
