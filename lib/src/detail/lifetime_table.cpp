@@ -14,7 +14,7 @@ Materialization& covered(ValueRecord* record, const ResidencyLocation& location)
 
 }  // namespace
 
-std::uint64_t LifetimeTable::grant_lease(CoveredRecords records, const ResidencyLocation& at,
+std::uint64_t LifetimeTable::grant_lease(CoveredRecords&& records, const ResidencyLocation& at,
                                          const std::optional<c10::Stream>& consumer_stream) {
   for (ValueRecord* record : records) covered(record, at).use_count += 1;
   const std::uint64_t token = next_token_++;
@@ -23,7 +23,7 @@ std::uint64_t LifetimeTable::grant_lease(CoveredRecords records, const Residency
   return token;
 }
 
-std::uint64_t LifetimeTable::grant_hold(CoveredRecords records, const ResidencyLocation& at) {
+std::uint64_t LifetimeTable::grant_hold(CoveredRecords&& records, const ResidencyLocation& at) {
   for (ValueRecord* record : records) covered(record, at).hold_count += 1;
   const std::uint64_t token = next_token_++;
   holds_.emplace(token, std::move(records), at);

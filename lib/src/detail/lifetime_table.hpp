@@ -28,9 +28,9 @@ class LifetimeTable {
  public:
   // Grants one read (lease) or hold on each record's materialization at `at`,
   // which must exist; returns the new token.
-  std::uint64_t grant_lease(CoveredRecords records, const ResidencyLocation& at,
+  std::uint64_t grant_lease(CoveredRecords&& records, const ResidencyLocation& at,
                             const std::optional<c10::Stream>& consumer_stream);
-  std::uint64_t grant_hold(CoveredRecords records, const ResidencyLocation& at);
+  std::uint64_t grant_hold(CoveredRecords&& records, const ResidencyLocation& at);
   std::uint64_t add_reservation(const ResidencyLocation& location, std::int64_t nbytes, const std::string& label);
 
   // The live record of `token`, or nullptr once released (or cleared).
