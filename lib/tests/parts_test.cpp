@@ -245,6 +245,33 @@ TEST(StateGate, ExcludesConcurrentHoldersUnderContention) {
   EXPECT_EQ(counter, std::int64_t{threads} * rounds);
 }
 
+TEST(StateGate, SleepingWaitersAllGetInWhenHoldersStayLongEnoughToPutThemToSleep) {
+  // Each holder stays past the waiters' spin, so every handoff goes through
+  // the sleep path: a leave that signals, or (for a waiter that went to sleep
+  // as the holder left) the recheck interval. Every waiter must get in.
+  StateGate gate;
+  std::atomic<int> inside{0};
+  std::atomic<bool> overlapped{false};
+  std::atomic<int> entries{0};
+  constexpr int threads = 4, rounds = 25;
+  std::vector<std::thread> workers;
+  for (int thread = 0; thread < threads; ++thread) {
+    workers.emplace_back([&] {
+      for (int round = 0; round < rounds; ++round) {
+        ASSERT_EQ(gate.enter(), StateGate::Entry::entered);
+        if (inside.fetch_add(1) != 0) overlapped = true;
+        std::this_thread::sleep_for(std::chrono::microseconds(300));
+        inside.fetch_sub(1);
+        entries.fetch_add(1);
+        gate.leave();
+      }
+    });
+  }
+  for (auto& worker : workers) worker.join();
+  EXPECT_FALSE(overlapped.load());
+  EXPECT_EQ(entries.load(), threads * rounds);
+}
+
 ResidencyValueSpec blob_spec() {
   return ResidencyValueSpec("Blob", 8, 8, ReplicaMode::replicable, Recoverability::must_preserve);
 }

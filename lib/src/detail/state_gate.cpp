@@ -21,14 +21,14 @@ StateGate::Entry StateGate::enter_slow() {
       continue;
     }
     std::unique_lock lock(mutex_);
-    ++sleeping_;
-    state_.fetch_or(sleepers, std::memory_order_relaxed);
-    // The holder's leave() reads `sleepers` in the same read-modify-write
-    // that clears `busy`: either it sees this sleeper (and signals under the
-    // mutex, after the wait below has begun) or this re-check sees it gone.
-    const std::uint32_t now = state_.load(std::memory_order_acquire);
-    if ((now & busy) != 0 && (now & loading) == 0) released_.wait(lock);
-    if (--sleeping_ == 0) state_.fetch_and(~sleepers, std::memory_order_relaxed);
+    sleepers_.fetch_add(1, std::memory_order_seq_cst);
+    // A leave() that stored before this re-check is seen here; one that
+    // stores after it sees this sleeper and signals under the mutex, after
+    // the wait below has begun, unless its unfenced check ran early: then
+    // the timeout ends the wait.
+    const std::uint32_t now = state_.load(std::memory_order_seq_cst);
+    if ((now & busy) != 0 && (now & loading) == 0) released_.wait_for(lock, recheck_interval);
+    sleepers_.fetch_sub(1, std::memory_order_relaxed);
     spin = 0;
   }
 }
@@ -38,8 +38,11 @@ void StateGate::set_loading(bool on) noexcept {
     state_.fetch_and(~loading, std::memory_order_release);
     return;
   }
-  const std::uint32_t before = state_.fetch_or(loading, std::memory_order_acq_rel);
-  if ((before & sleepers) != 0) wake_sleepers();
+  // Read-modify-writes (rare: once per source load) that leave the busy bit
+  // as it is; with the sleepers' sequentially consistent count and re-check
+  // this signal is never missed.
+  state_.fetch_or(loading, std::memory_order_seq_cst);
+  if (sleepers_.load(std::memory_order_seq_cst) != 0) wake_sleepers();
 }
 
 void StateGate::wake_sleepers() noexcept {

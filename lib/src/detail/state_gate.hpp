@@ -6,13 +6,18 @@
 //    the holder runs a source load every other call is refused too, waiters
 //    included, since they would otherwise wait for user code of unknown
 //    length that may itself be waiting for them;
-//  - an uncontended enter and leave are one atomic read-modify-write each.
-//    Waiting threads spin briefly (calls are short), then sleep on a
-//    condition variable that the leaving thread signals only when someone
-//    sleeps.
+//  - an uncontended enter is one atomic read-modify-write and a leave is a
+//    plain store: only the holder writes the state word, so leaving needs no
+//    lock prefix. Waiting threads spin briefly (calls are short), then sleep
+//    on a condition variable. A leaving thread signals when it sees a
+//    sleeper; since its store and that check are not fenced, it can miss one
+//    that went to sleep at that very moment, so sleepers also wake every
+//    `recheck_interval` and look again. A missed signal therefore costs that
+//    one waiter at most one interval, and never a hang.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
@@ -40,29 +45,32 @@ class StateGate {
     }
     return enter_slow();
   }
-  // Only by the thread that entered.
+  // Only by the thread that entered, with loading off.
   void leave() noexcept {
     owner_.store(std::thread::id(), std::memory_order_relaxed);
-    const std::uint32_t before = state_.fetch_and(~busy, std::memory_order_release);
-    if ((before & sleepers) != 0) [[unlikely]] wake_sleepers();
+    state_.store(0, std::memory_order_release);
+    if (sleepers_.load(std::memory_order_relaxed) != 0) [[unlikely]] wake_sleepers();
   }
   // By the holder around a source load: refuses every enter meanwhile and
   // wakes the sleepers so that they fail instead of waiting.
   void set_loading(bool loading) noexcept;
 
+  // How long a sleeping waiter waits for a signal before it looks again.
+  static constexpr std::chrono::microseconds recheck_interval{500};
+
  private:
   static constexpr std::uint32_t busy = 1;
   static constexpr std::uint32_t loading = 2;
-  static constexpr std::uint32_t sleepers = 4;
 
   Entry enter_slow();
   void wake_sleepers() noexcept;
 
+  // Written only by the holder, and by the compare-exchange that makes one.
   std::atomic<std::uint32_t> state_{0};
   std::atomic<std::thread::id> owner_{};
-  std::mutex mutex_;                // guards sleeping_ and the condition
+  std::atomic<int> sleepers_{0};  // changed under mutex_
+  std::mutex mutex_;
   std::condition_variable released_;
-  int sleeping_ = 0;
 };
 
 }  // namespace fhelium::residency::detail
