@@ -182,8 +182,11 @@ TEST(StateGate, RefusesReentryFromTheHolderAndAdmitsAgainAfterLeave) {
   gate.leave();
 }
 
+// A gate whose sleepers wake only when signalled: a lost signal hangs the test.
+constexpr std::chrono::hours signals_only{1};
+
 TEST(StateGate, AnotherThreadWaitsUntilTheHolderLeaves) {
-  StateGate gate;
+  StateGate gate(signals_only);
   ASSERT_EQ(gate.enter(), StateGate::Entry::entered);
   std::atomic<bool> left{false};
   std::atomic<bool> entered_early{false};
@@ -193,7 +196,8 @@ TEST(StateGate, AnotherThreadWaitsUntilTheHolderLeaves) {
     EXPECT_EQ(gate.enter(), StateGate::Entry::refused_reentry);  // held by this thread now
     gate.leave();
   });
-  // Long enough for the other thread to pass its spin and sleep.
+  // Long enough for the other thread to pass its spin and sleep: only
+  // leave()'s signal can then wake it.
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   left = true;
   gate.leave();
@@ -202,7 +206,7 @@ TEST(StateGate, AnotherThreadWaitsUntilTheHolderLeaves) {
 }
 
 TEST(StateGate, LoadingRefusesWaitersAlreadyAsleepAndNewcomers) {
-  StateGate gate;
+  StateGate gate(signals_only);
   ASSERT_EQ(gate.enter(), StateGate::Entry::entered);
   std::atomic<int> outcome{-1};
   std::thread sleeper([&] { outcome = static_cast<int>(gate.enter()); });
@@ -222,27 +226,32 @@ TEST(StateGate, LoadingRefusesWaitersAlreadyAsleepAndNewcomers) {
   after.join();
 }
 
-TEST(StateGate, ExcludesConcurrentHoldersUnderContention) {
-  StateGate gate;
-  std::int64_t counter = 0;  // guarded by the gate alone
-  int inside = 0;
-  bool overlapped = false;
-  constexpr int threads = 4, rounds = 20000;
+// `threads` threads each enter `gate` `rounds` times and run `body` inside.
+// Returns whether two bodies ever ran at once.
+bool take_turns(StateGate& gate, int threads, int rounds, const std::function<void()>& body) {
+  std::atomic<int> inside{0};
+  std::atomic<bool> overlapped{false};
   std::vector<std::thread> workers;
   for (int thread = 0; thread < threads; ++thread) {
     workers.emplace_back([&] {
       for (int round = 0; round < rounds; ++round) {
         ASSERT_EQ(gate.enter(), StateGate::Entry::entered);
-        overlapped = overlapped || ++inside != 1;
-        ++counter;
-        --inside;
+        if (inside.fetch_add(1) != 0) overlapped = true;
+        body();
+        inside.fetch_sub(1);
         gate.leave();
       }
     });
   }
   for (auto& worker : workers) worker.join();
-  EXPECT_FALSE(overlapped);
-  EXPECT_EQ(counter, std::int64_t{threads} * rounds);
+  return overlapped.load();
+}
+
+TEST(StateGate, ExcludesConcurrentHoldersUnderContention) {
+  StateGate gate;
+  std::int64_t counter = 0;  // guarded by the gate alone (TSan checks that it is)
+  EXPECT_FALSE(take_turns(gate, 4, 20000, [&] { ++counter; }));
+  EXPECT_EQ(counter, 4 * 20000);
 }
 
 TEST(StateGate, SleepingWaitersAllGetInWhenHoldersStayLongEnoughToPutThemToSleep) {
@@ -250,26 +259,12 @@ TEST(StateGate, SleepingWaitersAllGetInWhenHoldersStayLongEnoughToPutThemToSleep
   // the sleep path: a leave that signals, or (for a waiter that went to sleep
   // as the holder left) the recheck interval. Every waiter must get in.
   StateGate gate;
-  std::atomic<int> inside{0};
-  std::atomic<bool> overlapped{false};
-  std::atomic<int> entries{0};
-  constexpr int threads = 4, rounds = 25;
-  std::vector<std::thread> workers;
-  for (int thread = 0; thread < threads; ++thread) {
-    workers.emplace_back([&] {
-      for (int round = 0; round < rounds; ++round) {
-        ASSERT_EQ(gate.enter(), StateGate::Entry::entered);
-        if (inside.fetch_add(1) != 0) overlapped = true;
-        std::this_thread::sleep_for(std::chrono::microseconds(300));
-        inside.fetch_sub(1);
-        entries.fetch_add(1);
-        gate.leave();
-      }
-    });
-  }
-  for (auto& worker : workers) worker.join();
-  EXPECT_FALSE(overlapped.load());
-  EXPECT_EQ(entries.load(), threads * rounds);
+  int entries = 0;  // guarded by the gate
+  EXPECT_FALSE(take_turns(gate, 4, 25, [&] {
+    std::this_thread::sleep_for(std::chrono::microseconds(300));
+    ++entries;
+  }));
+  EXPECT_EQ(entries, 4 * 25);
 }
 
 ResidencyValueSpec blob_spec() {

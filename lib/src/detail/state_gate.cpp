@@ -27,7 +27,7 @@ StateGate::Entry StateGate::enter_slow() {
     // the wait below has begun, unless its unfenced check ran early: then
     // the timeout ends the wait.
     const std::uint32_t now = state_.load(std::memory_order_seq_cst);
-    if ((now & busy) != 0 && (now & loading) == 0) released_.wait_for(lock, recheck_interval);
+    if ((now & busy) != 0 && (now & loading) == 0) released_.wait_for(lock, recheck_interval_);
     sleepers_.fetch_sub(1, std::memory_order_relaxed);
     spin = 0;
   }

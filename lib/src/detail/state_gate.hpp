@@ -12,8 +12,9 @@
 //    on a condition variable. A leaving thread signals when it sees a
 //    sleeper; since its store and that check are not fenced, it can miss one
 //    that went to sleep at that very moment, so sleepers also wake every
-//    `recheck_interval` and look again. A missed signal therefore costs that
-//    one waiter at most one interval, and never a hang.
+//    recheck interval (default_recheck_interval) and look again. A missed
+//    signal therefore costs that one waiter at most one interval, and never
+//    a hang.
 #pragma once
 
 #include <atomic>
@@ -29,7 +30,13 @@ class StateGate {
  public:
   enum class Entry { entered, refused_loading, refused_reentry };
 
-  StateGate() = default;
+  // How long a sleeping waiter waits for a signal before it looks again.
+  static constexpr std::chrono::microseconds default_recheck_interval{500};
+
+  // `recheck_interval`: see above; tests lengthen it so that only a signal
+  // can wake a sleeper.
+  explicit StateGate(std::chrono::microseconds recheck_interval = default_recheck_interval) noexcept
+      : recheck_interval_(recheck_interval) {}
   StateGate(const StateGate&) = delete;
   StateGate& operator=(const StateGate&) = delete;
 
@@ -55,9 +62,6 @@ class StateGate {
   // wakes the sleepers so that they fail instead of waiting.
   void set_loading(bool loading) noexcept;
 
-  // How long a sleeping waiter waits for a signal before it looks again.
-  static constexpr std::chrono::microseconds recheck_interval{500};
-
  private:
   static constexpr std::uint32_t busy = 1;
   static constexpr std::uint32_t loading = 2;
@@ -71,6 +75,7 @@ class StateGate {
   std::atomic<int> sleepers_{0};  // changed under mutex_
   std::mutex mutex_;
   std::condition_variable released_;
+  const std::chrono::microseconds recheck_interval_;
 };
 
 }  // namespace fhelium::residency::detail

@@ -79,14 +79,11 @@ class TokenTable {
   iterator find(std::uint64_t token) { return {this, locate(token)}; }
   const_iterator find(std::uint64_t token) const { return {this, locate(token)}; }
   // The live entry of `token`, or nullptr: find() without an iterator.
-  T* get(std::uint64_t token) {
-    const std::size_t index = locate(token);
-    return index == items_.size() ? nullptr : &items_[index]->second;
-  }
   const T* get(std::uint64_t token) const {
     const std::size_t index = locate(token);
     return index == items_.size() ? nullptr : &items_[index]->second;
   }
+  T* get(std::uint64_t token) { return const_cast<T*>(std::as_const(*this).get(token)); }
 
   void erase(const iterator& at) {
     FHELIUM_CHECK(at.index_ < items_.size() && items_[at.index_], "erasing a lifetime that is not in the table");

@@ -112,7 +112,7 @@ void UnixClock::publish(std::uint64_t ticks, std::int64_t system_ns, std::uint64
 }
 
 std::int64_t unix_time_ns() {
-  static UnixClock* const clock = UnixClock::process_clock();
+  UnixClock* const clock = UnixClock::process_clock();  // decided once, at the first call
   return clock != nullptr ? clock->now() : system_unix_ns();
 }
 
