@@ -1,11 +1,40 @@
 #include "detail/state_gate.hpp"
 
+#include <algorithm>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
 namespace fhelium::residency::detail {
+
+namespace {
+
+// Waits a few cycles without touching memory, telling the core that this is
+// a spin loop.
+inline void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#else
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+#endif
+}
+
+// Spin rounds, each pausing twice as long as the one before (up to
+// 2^max_pause_shift pauses, a few microseconds), before yielding; then yield
+// rounds before sleeping.
+constexpr int pause_rounds = 16;
+constexpr int max_pause_shift = 10;
+constexpr int yield_rounds = 34;
+
+}  // namespace
 
 StateGate::Entry StateGate::enter_slow() {
   const std::thread::id self = std::this_thread::get_id();
   for (int spin = 0;; ++spin) {
-    std::uint32_t state = state_.load(std::memory_order_acquire);
+    std::uint32_t state = state_.load(std::memory_order_seq_cst);  // see set_loading
     if ((state & loading) != 0) return Entry::refused_loading;
     // Only this thread ever stores its own id, so a match is never stale.
     if ((state & busy) != 0 && owner_.load(std::memory_order_relaxed) == self) return Entry::refused_reentry;
@@ -16,7 +45,11 @@ StateGate::Entry StateGate::enter_slow() {
       }
       continue;
     }
-    if (spin < 50) {
+    if (spin < pause_rounds) {
+      for (int i = 0, n = 1 << std::min(spin, max_pause_shift); i < n; ++i) cpu_relax();
+      continue;
+    }
+    if (spin < pause_rounds + yield_rounds) {
       std::this_thread::yield();
       continue;
     }
@@ -35,7 +68,7 @@ StateGate::Entry StateGate::enter_slow() {
 
 void StateGate::set_loading(bool on) noexcept {
   if (!on) {
-    state_.fetch_and(~loading, std::memory_order_release);
+    state_.fetch_and(~loading, std::memory_order_seq_cst);
     return;
   }
   // Read-modify-writes (rare: once per source load) that leave the busy bit

@@ -8,8 +8,10 @@
 //    length that may itself be waiting for them;
 //  - an uncontended enter is one atomic read-modify-write and a leave is a
 //    plain store: only the holder writes the state word, so leaving needs no
-//    lock prefix. Waiting threads spin briefly (calls are short), then sleep
-//    on a condition variable. A leaving thread signals when it sees a
+//    lock prefix. Waiting threads first spin with a growing pause between
+//    looks (calls are short; a pause keeps the waiter off the state word's
+//    cache line while the holder works on it), then yield for a while, then
+//    sleep on a condition variable. A leaving thread signals when it sees a
 //    sleeper; since its store and that check are not fenced, it can miss one
 //    that went to sleep at that very moment, so sleepers also wake every
 //    recheck interval (default_recheck_interval) and look again. A missed
@@ -59,8 +61,19 @@ class StateGate {
     if (sleepers_.load(std::memory_order_relaxed) != 0) [[unlikely]] wake_sleepers();
   }
   // By the holder around a source load: refuses every enter meanwhile and
-  // wakes the sleepers so that they fail instead of waiting.
+  // wakes the sleepers so that they fail instead of waiting. Turning loading
+  // off is sequentially consistent, and so is the slow path's look at the
+  // state that refuses an entry for loading: a thread that writes something
+  // (sequentially consistent) before it is refused for a load is therefore
+  // seen by the loading holder when it reads that thing (sequentially
+  // consistent) after the load.
   void set_loading(bool loading) noexcept;
+  // Whether this thread holds the gate (inside one of its calls, loading or
+  // not).
+  bool held_here() const noexcept {
+    return (state_.load(std::memory_order_relaxed) & busy) != 0 &&
+           owner_.load(std::memory_order_relaxed) == std::this_thread::get_id();
+  }
 
  private:
   static constexpr std::uint32_t busy = 1;
