@@ -16,11 +16,11 @@ const std::vector<ResidencyHandle>& no_handles() noexcept {
   return empty;
 }
 
-LifetimeToken::LifetimeToken(std::shared_ptr<ManagerCore> core, std::uint64_t token, Abandon abandon) noexcept
-    : core_(std::move(core)), token_(token), abandon_(abandon), active_(true) {}
+LifetimeToken::LifetimeToken(ManagerCore& core, std::uint64_t token, Abandon abandon) noexcept
+    : core_(&core), token_(token), abandon_(abandon), active_(true) {}
 
 LifetimeToken::LifetimeToken(LifetimeToken&& other) noexcept
-    : core_(std::move(other.core_)),
+    : core_(other.core_),
       token_(other.token_),
       abandon_(other.abandon_),
       active_(std::exchange(other.active_, false)) {}
@@ -28,7 +28,7 @@ LifetimeToken::LifetimeToken(LifetimeToken&& other) noexcept
 LifetimeToken& LifetimeToken::operator=(LifetimeToken&& other) noexcept {
   if (this != &other) {
     abandon();
-    core_ = std::move(other.core_);
+    core_ = other.core_;
     token_ = other.token_;
     abandon_ = other.abandon_;
     active_ = std::exchange(other.active_, false);
@@ -41,7 +41,8 @@ LifetimeToken::~LifetimeToken() { abandon(); }
 void LifetimeToken::abandon() noexcept {
   if (!active_) return;
   active_ = false;
-  ((*core_).*abandon_)(token_);
+  std::shared_ptr<ManagerCore> last_pin;  // dropped last: the core may go with it
+  (core_->*abandon_)(token_, last_pin);
   if (core_->observed()) {
     ObservedOperation operation;
     operation.call = abandon_ == &ManagerCore::abandon_lease  ? ObservedCall::lease_abandon
@@ -71,9 +72,9 @@ void require_active(const detail::LifetimeToken& lifetime) {
 
 }  // namespace
 
-ResidencyLease::ResidencyLease(std::shared_ptr<detail::ManagerCore> core, std::uint64_t token,
-                               detail::HandleList handles, ResidencyLocation location)
-    : lifetime_(std::move(core), token, &detail::ManagerCore::abandon_lease),
+ResidencyLease::ResidencyLease(detail::ManagerCore& core, std::uint64_t token, detail::HandleList handles,
+                               ResidencyLocation location)
+    : lifetime_(core, token, &detail::ManagerCore::abandon_lease),
       handles_(std::move(handles)),
       location_(location) {}
 
@@ -96,6 +97,7 @@ void ResidencyLease::add_consumer_stream(const c10::Stream& stream) {
 
 void ResidencyLease::release(bool wait) {
   if (!lifetime_.active()) return;
+  std::shared_ptr<detail::ManagerCore> last_pin;  // dropped after the observer has seen the release
   observe_call(
       lifetime_.core(),
       [&] {
@@ -105,7 +107,7 @@ void ResidencyLease::release(bool wait) {
       },
       [&] {
         try {
-          lifetime_.core().release_lease(lifetime_.token(), wait);
+          lifetime_.core().release_lease(lifetime_.token(), wait, last_pin);
         } catch (const ResidencyReentrancyError&) {
           throw;  // rejected before anything changed: the lease is still active
         } catch (...) {
@@ -116,35 +118,37 @@ void ResidencyLease::release(bool wait) {
       });
 }
 
-ResidencyHold::ResidencyHold(std::shared_ptr<detail::ManagerCore> core, std::uint64_t token,
-                             detail::HandleList handles, ResidencyLocation location)
-    : lifetime_(std::move(core), token, &detail::ManagerCore::abandon_hold),
+ResidencyHold::ResidencyHold(detail::ManagerCore& core, std::uint64_t token, detail::HandleList handles,
+                             ResidencyLocation location)
+    : lifetime_(core, token, &detail::ManagerCore::abandon_hold),
       handles_(std::move(handles)),
       location_(location) {}
 
 void ResidencyHold::release() {
   if (!lifetime_.active()) return;
+  std::shared_ptr<detail::ManagerCore> last_pin;
   observe_call(
       lifetime_.core(), [&] { return ended(ObservedCall::hold_release, lifetime_); },
       [&] {
-        lifetime_.core().release_hold(lifetime_.token());
+        lifetime_.core().release_hold(lifetime_.token(), last_pin);
         lifetime_.deactivate();
       });
 }
 
-ResidencyReservation::ResidencyReservation(std::shared_ptr<detail::ManagerCore> core, std::uint64_t token,
+ResidencyReservation::ResidencyReservation(detail::ManagerCore& core, std::uint64_t token,
                                            ResidencyLocation location, std::int64_t nbytes, std::string label)
-    : lifetime_(std::move(core), token, &detail::ManagerCore::abandon_reservation),
+    : lifetime_(core, token, &detail::ManagerCore::abandon_reservation),
       location_(location),
       nbytes_(nbytes),
       label_(std::move(label)) {}
 
 void ResidencyReservation::release() {
   if (!lifetime_.active()) return;
+  std::shared_ptr<detail::ManagerCore> last_pin;
   observe_call(
       lifetime_.core(), [&] { return ended(ObservedCall::reservation_release, lifetime_); },
       [&] {
-        lifetime_.core().release_reservation(lifetime_.token());
+        lifetime_.core().release_reservation(lifetime_.token(), last_pin);
         lifetime_.deactivate();
       });
 }

@@ -44,7 +44,9 @@ ResidencyAction action_of(const Fields&... fields) {
 ResidencyManager::ResidencyManager(ManagerOptions options)
     : core_(std::make_shared<detail::ManagerCore>(std::move(options))) {}
 
-ResidencyManager::~ResidencyManager() = default;
+ResidencyManager::~ResidencyManager() {
+  if (core_) core_->disown();  // null once moved from
+}
 
 const std::string& ResidencyManager::manager_id() const noexcept { return core_->manager_id(); }
 std::uint64_t ResidencyManager::state_version() const { return core_->state_version(); }
@@ -170,7 +172,7 @@ ResidencyLease ResidencyManager::acquire(const std::vector<ResidencyHandle>& han
       [&] { return borrowing(ObservedCall::acquire, handles, at, consumer_stream); },
       [&] {
         detail::LifetimeGrant grant = core_->acquire(handles, at, consumer_stream);
-        return ResidencyLease(core_, grant.token, std::move(grant.handles), at);
+        return ResidencyLease(*core_, grant.token, std::move(grant.handles), at);
       },
       [](ObservedOperation& operation, const ResidencyLease& lease) { operation.lifetime = lease.lifetime_.token(); });
 }
@@ -181,7 +183,7 @@ ResidencyHold ResidencyManager::hold(const std::vector<ResidencyHandle>& handles
       [&] { return borrowing(ObservedCall::hold, handles, at, std::nullopt); },
       [&] {
         detail::LifetimeGrant grant = core_->hold(handles, at);
-        return ResidencyHold(core_, grant.token, std::move(grant.handles), at);
+        return ResidencyHold(*core_, grant.token, std::move(grant.handles), at);
       },
       [](ObservedOperation& operation, const ResidencyHold& hold) { operation.lifetime = hold.lifetime_.token(); });
 }
@@ -199,7 +201,7 @@ ResidencyReservation ResidencyManager::reserve(const ResidencyLocation& location
       },
       [&] {
         const std::uint64_t token = core_->reserve(location, nbytes, label);
-        return ResidencyReservation(core_, token, location, nbytes, label);
+        return ResidencyReservation(*core_, token, location, nbytes, label);
       },
       [](ObservedOperation& operation, const ResidencyReservation& reservation) {
         operation.lifetime = reservation.lifetime_.token();

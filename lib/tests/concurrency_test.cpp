@@ -1,12 +1,12 @@
 // Thread safety and the reentrancy rule during source loads.
 #include <gtest/gtest.h>
 
-#include <functional>
-
-#include <chrono>
-
 #include <atomic>
+#include <chrono>
+#include <functional>
 #include <future>
+#include <memory>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -121,6 +121,40 @@ TEST(Reentrancy, DiagnosticSinksCannotReenter) {
   const ResidencyHandle handle = manager.adopt(make_value(4));
   { auto hold = manager.hold({handle}, PAGEABLE_HOST); }  // abandoned: emits a diagnostic
   EXPECT_TRUE(rejected);
+}
+
+// A lifetime that another thread abandons while a source load runs cannot
+// enter the manager; its pin is settled when the loading call ends, so a core
+// whose manager is gone still goes with the last thing that holds it.
+TEST(Reentrancy, ALifetimeAbandonedDuringAnotherThreadsLoadStillLetsTheCoreGo) {
+  auto runtime = std::make_shared<harness::SimulatedRuntime>();
+  std::optional<ResidencyLease> lease;
+  std::optional<ResidencyScope> scope;
+  std::promise<void> loading;
+  std::promise<void> abandoned;
+  {
+    ResidencyManager manager(ManagerOptions{{}, 16, runtime, {}});
+    const ResidencyHandle kept = manager.adopt(make_value(4));
+    const ResidencyHandle lazy = manager.register_source(
+        ResidencyValueSpec("Blob", 16, 16, ReplicaMode::exclusive, Recoverability::reconstructible), [&] {
+          loading.set_value();
+          abandoned.get_future().wait();
+          return make_value(4);
+        });
+    lease.emplace(manager.acquire({kept}, PAGEABLE_HOST));
+    scope.emplace(manager.scope(ResidencyPlan{"load", {EnsureResident{lazy, PAGEABLE_HOST}}}));
+  }
+  std::thread other([&] {
+    loading.get_future().wait();
+    lease.reset();  // refused by the load: the lease record stays protective
+    abandoned.set_value();
+  });
+  scope->enter();
+  other.join();
+  EXPECT_EQ(runtime.use_count(), 2);  // the scope still holds the core
+  scope->close();
+  scope.reset();
+  EXPECT_EQ(runtime.use_count(), 1);
 }
 
 // Several threads issue random operations on one manager while another takes

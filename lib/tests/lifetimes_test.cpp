@@ -1,6 +1,9 @@
 // Leases, holds, reservations, pending completion events, abandonment, close.
 #include <gtest/gtest.h>
 
+#include <memory>
+#include <optional>
+
 #include "support.hpp"
 
 namespace fhelium::residency {
@@ -291,6 +294,60 @@ TEST(Lifetimes, OutliveTheirManagerObject) {
   }
   EXPECT_TRUE(same_contents(lease->value(handle), make_value(4)));
   lease->release();
+}
+
+// The manager's core holds the runtime, so the runtime's use count tells
+// whether the core is still alive.
+TEST(Lifetimes, TheCoreLivesExactlyAsLongAsTheLastLifetimeThatOutlivesTheManager) {
+  auto runtime = std::make_shared<harness::SimulatedRuntime>();
+  std::optional<ResidencyLease> lease;
+  std::optional<ResidencyHold> hold;
+  std::optional<ResidencyReservation> reservation;
+  ResidencyHandle handle;
+  {
+    ResidencyManager manager(ManagerOptions{{}, 16, runtime, {}});
+    EXPECT_EQ(runtime.use_count(), 2);
+    handle = manager.adopt(make_value(4));
+    for (int i = 0; i < 3; ++i) {  // lifetimes that end while the manager lives change nothing
+      manager.acquire({handle}, PAGEABLE_HOST).release();
+      { auto abandoned = manager.hold({handle}, PAGEABLE_HOST); }
+    }
+    lease.emplace(manager.acquire({handle}, PAGEABLE_HOST));
+    hold.emplace(manager.hold({handle}, PAGEABLE_HOST));
+    reservation.emplace(manager.reserve(PAGEABLE_HOST, 64, "late"));
+    EXPECT_EQ(runtime.use_count(), 2);
+  }
+  EXPECT_EQ(runtime.use_count(), 2);  // three lifetimes keep the core
+  EXPECT_TRUE(same_contents(lease->value(handle), make_value(4)));
+  lease->release();
+  EXPECT_EQ(runtime.use_count(), 2);
+  hold.reset();  // abandoned, not released
+  EXPECT_EQ(runtime.use_count(), 2);
+  ResidencyReservation moved = std::move(*reservation);
+  reservation.reset();  // moved from: ends nothing
+  EXPECT_EQ(runtime.use_count(), 2);
+  moved.release();  // the last one: the core goes with it
+  EXPECT_EQ(runtime.use_count(), 1);
+  moved.release();  // idempotent, and touches nothing
+  EXPECT_FALSE(moved.active());
+  EXPECT_THROW(lease->value(handle), ResidencyLifetimeClosedError);
+}
+
+TEST(Lifetimes, AManagerWhoseLifetimesHaveEndedTakesItsCoreWithIt) {
+  auto runtime = std::make_shared<harness::SimulatedRuntime>();
+  {
+    ResidencyManager manager(ManagerOptions{{}, 16, runtime, {}});
+    const ResidencyHandle handle = manager.adopt(make_value(4));
+    auto lease = manager.acquire({handle}, PAGEABLE_HOST);
+    auto reservation = manager.reserve(PAGEABLE_HOST, 8, "scratch");
+    lease.release();
+  }  // the reservation is abandoned before the manager goes
+  EXPECT_EQ(runtime.use_count(), 1);
+  {
+    ResidencyManager never_lent(ManagerOptions{{}, 16, runtime, {}});
+    never_lent.adopt(make_value(4));
+  }
+  EXPECT_EQ(runtime.use_count(), 1);
 }
 
 }  // namespace

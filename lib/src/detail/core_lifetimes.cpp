@@ -2,11 +2,15 @@
 // table (lifetime_table.hpp) grants or releases the counts, and the manager
 // charges the ledger, bumps the state version and writes diagnostics.
 #include <algorithm>
+#include <chrono>
+#include <memory>
 #include <stdexcept>
+#include <thread>
 #include <unordered_set>
 
 #include "detail/check.hpp"
 #include "detail/manager_core.hpp"
+#include "detail/scope_exit.hpp"
 #include "fhelium/residency/errors.hpp"
 
 namespace fhelium::residency::detail {
@@ -14,8 +18,8 @@ namespace fhelium::residency::detail {
 namespace {
 
 // `handles` without repeats, first occurrences in order (the reference's
-// lifetime normalization), owned; empty for one handle, since a one-value
-// lifetime borrows the value's own list. Throws std::invalid_argument naming
+// lifetime normalization), in a list of their own; empty for one handle,
+// since a one-value lifetime shares the value's own list. Throws std::invalid_argument naming
 // `what` for an empty list or a malformed handle.
 HandleList unique_handles(const std::vector<ResidencyHandle>& handles, const char* what) {
   if (handles.size() == 1) {  // the common case: nothing to collapse or own
@@ -39,7 +43,7 @@ HandleList unique_handles(const std::vector<ResidencyHandle>& handles, const cha
       if (seen.insert(handle).second) unique.push_back(handle);
     }
   }
-  return HandleList::own(std::move(unique));
+  return HandleList(std::make_shared<const std::vector<ResidencyHandle>>(std::move(unique)));
 }
 
 }  // namespace
@@ -60,11 +64,7 @@ ManagerCore::Covered ManagerCore::cover_locked(const std::vector<ResidencyHandle
     return covered;
   }
   FHELIUM_CHECK(covered.records.size() == 1, "a lifetime over several values without their list");
-  ValueRecord& record = *covered.records.front();
-  if (!record.handle_list) {
-    record.handle_list = std::make_unique<const std::vector<ResidencyHandle>>(1, values_.handle_of(record));
-  }
-  covered.handles = HandleList::borrow(*record.handle_list);
+  covered.handles = HandleList(values_.handle_list(*covered.records.front()));
   return covered;
 }
 
@@ -81,6 +81,7 @@ LifetimeGrant ManagerCore::acquire(const std::vector<ResidencyHandle>& handles, 
   if (consumer_stream) runtime_->check_stream(at, *consumer_stream);
   Covered covered = cover_locked(handles, std::move(unique), at);  // before the grant: may throw
   const std::uint64_t token = lifetimes_.grant_lease(std::move(covered.records), at, consumer_stream);
+  pin_locked();
   bump_locked();
   return {token, std::move(covered.handles)};
 }
@@ -93,6 +94,7 @@ LifetimeGrant ManagerCore::hold(const std::vector<ResidencyHandle>& handles, con
   reap_locked();
   Covered covered = cover_locked(handles, std::move(unique), at);
   const std::uint64_t token = lifetimes_.grant_hold(std::move(covered.records), at);
+  pin_locked();
   bump_locked();
   return {token, std::move(covered.handles)};
 }
@@ -106,7 +108,9 @@ std::uint64_t ManagerCore::reserve(const ResidencyLocation& location, std::int64
   require_open_locked();
   // No reaping here: the reference's reserve() leaves completed pending leases
   // for the next transition, so state_version moves at the same calls.
-  return reserve_locked(location, nbytes, label);  // checks the location first
+  const std::uint64_t token = reserve_locked(location, nbytes, label);  // checks the location first
+  pin_locked();
+  return token;
 }
 
 std::uint64_t ManagerCore::reserve_locked(const ResidencyLocation& location, std::int64_t nbytes,
@@ -127,14 +131,16 @@ void ManagerCore::release_reservation_locked(std::uint64_t token) {
   bump_locked();
 }
 
-void ManagerCore::release_reservation(std::uint64_t token) {
+void ManagerCore::release_reservation(std::uint64_t token, std::shared_ptr<ManagerCore>& last_pin) {
   StateAccess access(*this);
   release_reservation_locked(token);
+  last_pin = unpin_locked();
 }
 
-void ManagerCore::release_hold(std::uint64_t token) {
+void ManagerCore::release_hold(std::uint64_t token, std::shared_ptr<ManagerCore>& last_pin) {
   StateAccess access(*this);
   if (lifetimes_.release_hold(token)) bump_locked();
+  last_pin = unpin_locked();
 }
 
 ResidentValue ManagerCore::leased_value(std::uint64_t token, const ResidencyHandle& handle) {
@@ -169,8 +175,10 @@ void ManagerCore::add_consumer_stream(std::uint64_t token, const c10::Stream& st
   lease->streams.push_back(stream);
 }
 
-void ManagerCore::release_lease(std::uint64_t token, bool wait) {
+void ManagerCore::release_lease(std::uint64_t token, bool wait, std::shared_ptr<ManagerCore>& last_pin) {
   StateAccess access(*this);
+  // The lifetime ends even when waiting for its events fails.
+  ScopeExit unpin([&] { last_pin = unpin_locked(); });
   release_lease_locked(token, wait);
 }
 
@@ -220,9 +228,12 @@ void ManagerCore::synchronize_pending_locked() {
   });
 }
 
-void ManagerCore::abandon_lease(std::uint64_t token) noexcept {
+void ManagerCore::abandon_lease(std::uint64_t token, std::shared_ptr<ManagerCore>& last_pin) noexcept {
+  bool entered = false;  // then the pin drops on the way out, whatever happens
   try {
     StateAccess access(*this);
+    entered = true;
+    ScopeExit unpin([&] { last_pin = unpin_locked(); });
     const LeaseRecord* lease = lifetimes_.active_lease(token);
     if (lease == nullptr) return;
     const std::string where = lease->location.name();
@@ -234,30 +245,79 @@ void ManagerCore::abandon_lease(std::uint64_t token) noexcept {
                       error.what() + "); its materializations stay protected");
     }
   } catch (...) {
-    // Reentrant destruction: the lease record stays active and protective.
+    // Refused entry (a callback destroying the lease, or another thread's
+    // source load): the lease record stays active and protective.
+    if (!entered) unpin_refused(last_pin);
   }
 }
 
-void ManagerCore::abandon_hold(std::uint64_t token) noexcept {
+void ManagerCore::abandon_hold(std::uint64_t token, std::shared_ptr<ManagerCore>& last_pin) noexcept {
+  bool entered = false;  // then the pin drops on the way out, whatever happens
   try {
     StateAccess access(*this);
+    entered = true;
+    ScopeExit unpin([&] { last_pin = unpin_locked(); });
     const HoldRecord* hold = lifetimes_.hold(token);
     if (hold == nullptr) return;
     diagnose_locked("an active hold at " + hold->location.name() + " was abandoned; released");
     if (lifetimes_.release_hold(token)) bump_locked();
   } catch (...) {
+    if (!entered) unpin_refused(last_pin);
   }
 }
 
-void ManagerCore::abandon_reservation(std::uint64_t token) noexcept {
+void ManagerCore::abandon_reservation(std::uint64_t token, std::shared_ptr<ManagerCore>& last_pin) noexcept {
+  bool entered = false;  // then the pin drops on the way out, whatever happens
   try {
     StateAccess access(*this);
+    entered = true;
+    ScopeExit unpin([&] { last_pin = unpin_locked(); });
     const ReservationRecord* reservation = lifetimes_.reservation(token);
     if (reservation == nullptr) return;
     diagnose_locked("an active reservation '" + reservation->label + "' was abandoned; released");
     release_reservation_locked(token);
   } catch (...) {
+    if (!entered) unpin_refused(last_pin);
   }
+}
+
+std::shared_ptr<ManagerCore> ManagerCore::settle_pins_locked() noexcept {
+  if (stray_unpins_.load(std::memory_order_relaxed) != 0) pins_ -= stray_unpins_.exchange(0);
+  if (pins_ == 0 && orphaned_) return std::move(self_pin_);
+  return {};
+}
+
+void ManagerCore::unpin_refused(std::shared_ptr<ManagerCore>& last_pin) noexcept {
+  if (gate_.held_here()) {  // refused within this thread's own call
+    last_pin = unpin_locked();
+    return;
+  }
+  // Refused by another thread's source load. Written before looking at the
+  // gate again, so that either this thread gets in and settles the pin, or
+  // the loading call, when its load ends, sees it (see StateGate::set_loading).
+  stray_unpins_.fetch_add(1, std::memory_order_seq_cst);
+  if (gate_.enter() != StateGate::Entry::entered) return;  // loading again: that call settles it
+  last_pin = settle_pins_locked();
+  gate_.leave();
+}
+
+void ManagerCore::disown() noexcept {
+  std::shared_ptr<ManagerCore> last_pin;  // dropped after the gate is left
+  if (gate_.held_here()) {  // the manager destroyed from within one of its own calls
+    orphaned_ = true;
+    last_pin = settle_pins_locked();
+    return;
+  }
+  for (;;) {
+    const StateGate::Entry entry = gate_.enter();
+    if (entry == StateGate::Entry::entered) break;
+    // Another thread's source load (through a scope or a lifetime, or racing
+    // the manager's destruction): wait it out.
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  orphaned_ = true;
+  last_pin = settle_pins_locked();
+  gate_.leave();
 }
 
 }  // namespace fhelium::residency::detail

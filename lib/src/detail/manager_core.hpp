@@ -65,9 +65,15 @@ struct LifetimeGrant {
   HandleList handles;
 };
 
-class ManagerCore {
+class ManagerCore : public std::enable_shared_from_this<ManagerCore> {
  public:
   explicit ManagerCore(ManagerOptions options);
+
+  // The manager object is going away. The core lives on, for the scopes that
+  // share it and for every lifetime still active (see LifetimeToken); once the
+  // last of those ends, the core is destroyed. Waits out another thread's
+  // source load. Called once, by ~ResidencyManager.
+  void disown() noexcept;
 
   const std::string& manager_id() const { return manager_id_; }
   const std::shared_ptr<DeviceRuntime>& runtime() const { return runtime_; }
@@ -100,20 +106,25 @@ class ManagerCore {
                                  std::vector<ResidencyTransitionReport> transitions, std::int64_t started_at_ns);
   void abandon_scope(const std::vector<std::uint64_t>& reservation_tokens, const std::string& plan_name) noexcept;
 
-  // Lifetimes (core_lifetimes.cpp). A repeated handle counts once, as in the reference.
+  // Lifetimes (core_lifetimes.cpp). A repeated handle counts once, as in the
+  // reference. Each grant pins the core for the new lifetime; each release,
+  // once it has ended the lifetime, drops the pin, handing back through
+  // `last_pin` the core's hold on itself when that was its last lifetime and
+  // the manager is gone (the caller drops it when done with the core). A
+  // release refused for reentry leaves the lifetime active and pinned.
   LifetimeGrant acquire(const std::vector<ResidencyHandle>& handles, const ResidencyLocation& at,
                         const std::optional<c10::Stream>& consumer_stream);
   LifetimeGrant hold(const std::vector<ResidencyHandle>& handles, const ResidencyLocation& at);
   std::uint64_t reserve(const ResidencyLocation& location, std::int64_t nbytes, const std::string& label);
   ResidentValue leased_value(std::uint64_t token, const ResidencyHandle& handle);
   void add_consumer_stream(std::uint64_t token, const c10::Stream& stream);
-  void release_lease(std::uint64_t token, bool wait);
-  void release_hold(std::uint64_t token);
-  void release_reservation(std::uint64_t token);
-  // Destructor paths: never throw; record a diagnostic.
-  void abandon_lease(std::uint64_t token) noexcept;
-  void abandon_hold(std::uint64_t token) noexcept;
-  void abandon_reservation(std::uint64_t token) noexcept;
+  void release_lease(std::uint64_t token, bool wait, std::shared_ptr<ManagerCore>& last_pin);
+  void release_hold(std::uint64_t token, std::shared_ptr<ManagerCore>& last_pin);
+  void release_reservation(std::uint64_t token, std::shared_ptr<ManagerCore>& last_pin);
+  // Destructor paths: never throw; record a diagnostic; always drop the pin.
+  void abandon_lease(std::uint64_t token, std::shared_ptr<ManagerCore>& last_pin) noexcept;
+  void abandon_hold(std::uint64_t token, std::shared_ptr<ManagerCore>& last_pin) noexcept;
+  void abandon_reservation(std::uint64_t token, std::shared_ptr<ManagerCore>& last_pin) noexcept;
 
   // Operation observers (observer.hpp). Called without the state lock; an
   // exception from the observer is dropped and recorded as a diagnostic.
@@ -130,7 +141,14 @@ class ManagerCore {
       const StateGate::Entry entry = core_.gate_.enter();
       if (entry != StateGate::Entry::entered) [[unlikely]] refuse(entry);
     }
-    ~StateAccess() { core_.gate_.leave(); }
+    ~StateAccess() {
+      // Pins dropped by lifetimes abandoned during this call's source load
+      // (see unpin_refused); the core's hold on itself, if that was the last,
+      // goes after the gate is left.
+      std::shared_ptr<ManagerCore> last_pin;
+      if (core_.stray_unpins_.load(std::memory_order_seq_cst) != 0) [[unlikely]] last_pin = core_.settle_pins_locked();
+      core_.gate_.leave();
+    }
     StateAccess(const StateAccess&) = delete;
     StateAccess& operator=(const StateAccess&) = delete;
 
@@ -179,6 +197,30 @@ class ManagerCore {
   void release_reservation_locked(std::uint64_t token);
   void release_lease_locked(std::uint64_t token, bool wait);
   void reap_locked() { state_version_ += lifetimes_.reap(*runtime_); }
+
+  // The pins of active lifetime objects (see LifetimeToken). The first pin
+  // makes the core hold itself (self_pin_), which keeps it alive once the
+  // manager object is gone; the core lets go when it is disowned with no pin
+  // left, or when the last pin drops after that.
+  void pin_locked() {
+    if (!self_pin_) self_pin_ = shared_from_this();
+    ++pins_;
+  }
+  // Drops one pin; returns the core's hold on itself if that was the last
+  // pin and the core is orphaned (empty otherwise), for the caller to drop
+  // once it is done with the core.
+  std::shared_ptr<ManagerCore> unpin_locked() noexcept {
+    --pins_;
+    return settle_pins_locked();
+  }
+  // Folds in the stray unpins; returns the core's hold on itself when no pin
+  // is left and the core is orphaned.
+  std::shared_ptr<ManagerCore> settle_pins_locked() noexcept;
+  // An abandon whose gate entry was refused, by a call of this thread (a
+  // callback destroying the lifetime: the gate is held here, so the pin
+  // drops now) or by another thread's source load (the pin is counted in
+  // stray_unpins_, and that call settles it when it leaves the gate).
+  void unpin_refused(std::shared_ptr<ManagerCore>& last_pin) noexcept;
   void synchronize_pending_locked();
 
   const std::string manager_id_;
@@ -189,6 +231,13 @@ class ManagerCore {
 
   // The state lock: one public call at a time, reentry refused.
   StateGate gate_;
+
+  // Lifetime pins (pin_locked). Guarded by gate_, except stray_unpins_,
+  // which threads refused by a source load add to.
+  std::int64_t pins_ = 0;
+  bool orphaned_ = false;  // disowned: the manager object is gone
+  std::shared_ptr<ManagerCore> self_pin_;
+  std::atomic<std::int64_t> stray_unpins_{0};
 
   bool closed_ = false;
   std::uint64_t state_version_ = 0;

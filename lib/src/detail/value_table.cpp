@@ -42,7 +42,6 @@ void ValueTable::remove_last() {
   Chunk& chunk = *chunks_[(size_ - 1) / chunk_records];
   FHELIUM_CHECK(chunk.back().materializations.empty(), "rolled-back record still has materializations");
   index_by_serial_[chunk.back().serial - 1] = 0;
-  retire_handle_list(chunk.back());
   chunk.pop_back();
   --size_;
 }
@@ -102,15 +101,20 @@ void ValueTable::unclaim(std::span<const StorageKey> keys) {
   }
 }
 
-void ValueTable::retire_handle_list(ValueRecord& record) {
-  // Lifetimes that outlive the record (a close, a rolled-back adopt) still read it.
-  if (record.handle_list) retired_lists_.push_back(std::move(record.handle_list));
+const std::shared_ptr<const std::vector<ResidencyHandle>>& ValueTable::handle_list(ValueRecord& record) const {
+  if (!record.handle_list) {
+    // Over-aligned, so that the control block make_shared puts in front of
+    // it starts a cache line and the list fills the rest of its own.
+    struct alignas(64) OwnLines {
+      std::vector<ResidencyHandle> list;
+    };
+    auto block = std::make_shared<OwnLines>(OwnLines{{handle_of(record)}});
+    record.handle_list = std::shared_ptr<const std::vector<ResidencyHandle>>(block, &block->list);
+  }
+  return record.handle_list;
 }
 
 void ValueTable::clear() {
-  for (const auto& chunk : chunks_) {
-    for (ValueRecord& record : *chunk) retire_handle_list(record);
-  }
   chunks_.clear();
   size_ = 0;
   index_by_serial_.clear();

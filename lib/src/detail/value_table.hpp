@@ -58,10 +58,10 @@ struct ValueRecord {
   // `shadow_run` is that run's number, so no run has to clear it.
   mutable std::uint64_t shadow_run = 0;
   mutable InlineVector<ResidencyLocation, 3> shadow_locations;
-  // The one-handle list every lease or hold of this value alone borrows
-  // (ResidencyLease::handles): built at the first. The table keeps it after
-  // the record goes (clear), for lifetimes that outlive a close.
-  std::unique_ptr<const std::vector<ResidencyHandle>> handle_list;
+  // The one-handle list every lease or hold of this value alone shares
+  // (ResidencyLease::handles): built at the first (ValueTable::handle_list).
+  // Lifetimes that outlive the record keep their share.
+  std::shared_ptr<const std::vector<ResidencyHandle>> handle_list;
 
   Materialization* at(const ResidencyLocation& location);
   const Materialization* at(const ResidencyLocation& location) const;
@@ -97,6 +97,10 @@ class ValueTable {
     return ResidencyHandle{manager_id_, std::to_string(record.serial), record.spec.value_type};
   }
   static std::string id_of(const ValueRecord& record) { return std::to_string(record.serial); }
+  // `record`'s own one-handle list, built on first use. Each list has cache
+  // lines of its own (its reference count included), so lifetimes of
+  // different values taken on different threads do not contend on it.
+  const std::shared_ptr<const std::vector<ResidencyHandle>>& handle_list(ValueRecord& record) const;
 
   // Throws ResidencyOwnershipError naming the owner when a key is already managed.
   void check_unaliased(std::span<const StorageKey> keys) const;
@@ -104,7 +108,7 @@ class ValueTable {
   void claim(std::span<const StorageKey> keys, const ValueRecord& owner, const ResidencyLocation& location);
   void unclaim(std::span<const StorageKey> keys);
 
-  // Drops every record; handle lists lifetimes borrowed stay until the table goes.
+  // Drops every record; lifetimes keep their shares of handle lists.
   void clear();
 
  private:
@@ -114,8 +118,6 @@ class ValueTable {
   // find() for a handle whose manager id is already known to be this table's.
   ValueRecord* find_issued_here(const ResidencyHandle& handle);
   ValueRecord& record_at(std::size_t index) { return (*chunks_[index / chunk_records])[index % chunk_records]; }
-  // Keeps `record`'s handle list, if it has one, in retired_lists_.
-  void retire_handle_list(ValueRecord& record);
 
   std::string manager_id_;
   std::uint64_t next_serial_ = 1;
@@ -123,8 +125,6 @@ class ValueTable {
   std::size_t size_ = 0;
   // Record index + 1 by serial - 1; 0 for a serial whose adopt was rolled back.
   std::vector<std::size_t> index_by_serial_;
-  // Handle lists of records that are gone, still borrowed by lifetimes.
-  std::vector<std::unique_ptr<const std::vector<ResidencyHandle>>> retired_lists_;
   StorageIndex storage_owners_;
 };
 

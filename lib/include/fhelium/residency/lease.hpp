@@ -35,53 +35,43 @@ class ManagerCore;
 // The list of a moved-from lifetime: empty.
 const std::vector<ResidencyHandle>& no_handles() noexcept;
 
-// The handles a lease or hold covers, immutable. A lifetime over one value
-// borrows that value's own list, which the manager core builds at the value's
-// first such lifetime and keeps until the core is destroyed (every lifetime
-// keeps its core), so taking one allocates and counts nothing. A lifetime
-// over several values owns its list. A moved-from list is empty.
+// The handles a lease or hold covers, immutable and shared. A lifetime over
+// one value shares that value's own list, which the manager core builds at the
+// value's first such lifetime; a lifetime over several values has a list of
+// its own. Either way the list lives as long as the last lifetime object that
+// covers it, so handles() stays readable after a release, a discard, a close
+// and the manager's destruction. A moved-from list is empty.
 class HandleList {
  public:
   HandleList() noexcept = default;
-  static HandleList borrow(const std::vector<ResidencyHandle>& list) noexcept {
-    HandleList borrowed;
-    borrowed.list_ = &list;
-    return borrowed;
-  }
-  static HandleList own(std::vector<ResidencyHandle> list) {
-    HandleList owner;
-    owner.owned_ = std::make_unique<const std::vector<ResidencyHandle>>(std::move(list));
-    owner.list_ = owner.owned_.get();
-    return owner;
-  }
-  HandleList(HandleList&& other) noexcept
-      : list_(std::exchange(other.list_, nullptr)), owned_(std::move(other.owned_)) {}
-  HandleList& operator=(HandleList&& other) noexcept {
-    if (this != &other) {
-      list_ = std::exchange(other.list_, nullptr);
-      owned_ = std::move(other.owned_);
-    }
-    return *this;
-  }
+  explicit HandleList(std::shared_ptr<const std::vector<ResidencyHandle>> list) noexcept : list_(std::move(list)) {}
 
   explicit operator bool() const noexcept { return list_ != nullptr; }
   const std::vector<ResidencyHandle>& get() const noexcept { return list_ != nullptr ? *list_ : no_handles(); }
 
  private:
-  const std::vector<ResidencyHandle>* list_ = nullptr;
-  std::unique_ptr<const std::vector<ResidencyHandle>> owned_;  // null when borrowed
+  std::shared_ptr<const std::vector<ResidencyHandle>> list_;
 };
 
 // The part every lifetime object shares: its manager core, its token, and
-// whether it is still active. Moving transfers the lifetime; destroying or
-// overwriting an active one abandons it through the core, which releases it
-// safely and records a diagnostic.
+// whether it is still active. An active lifetime pins its core (the core stays
+// alive while any lifetime it granted is active, even after the manager object
+// is gone); the pin is taken when the core grants the lifetime and dropped
+// when the core ends it, both under the core's state lock, so neither costs an
+// atomic operation of its own. An inactive lifetime never touches its core.
+// Moving transfers the lifetime; destroying or overwriting an active one
+// abandons it through the core, which releases it safely and records a
+// diagnostic.
 class LifetimeToken {
  public:
-  using Abandon = void (ManagerCore::*)(std::uint64_t) noexcept;
+  // Ends the lifetime `token` for good; hands back the core's last pin when
+  // this was the last lifetime of a core whose manager is gone, for the caller
+  // to drop once it is done with the core.
+  using Abandon = void (ManagerCore::*)(std::uint64_t token, std::shared_ptr<ManagerCore>& last_pin) noexcept;
 
   LifetimeToken() noexcept = default;
-  LifetimeToken(std::shared_ptr<ManagerCore> core, std::uint64_t token, Abandon abandon) noexcept;
+  // `core` has already pinned itself for this lifetime.
+  LifetimeToken(ManagerCore& core, std::uint64_t token, Abandon abandon) noexcept;
   LifetimeToken(LifetimeToken&& other) noexcept;
   LifetimeToken& operator=(LifetimeToken&& other) noexcept;
   LifetimeToken(const LifetimeToken&) = delete;
@@ -91,12 +81,13 @@ class LifetimeToken {
   bool active() const noexcept { return active_; }
   ManagerCore& core() const noexcept { return *core_; }
   std::uint64_t token() const noexcept { return token_; }
+  // Once the core has ended the lifetime (and dropped its pin).
   void deactivate() noexcept { active_ = false; }
 
  private:
   void abandon() noexcept;
 
-  std::shared_ptr<ManagerCore> core_;
+  ManagerCore* core_ = nullptr;
   std::uint64_t token_ = 0;
   Abandon abandon_ = nullptr;
   bool active_ = false;
@@ -130,7 +121,7 @@ class ResidencyLease {
 
  private:
   friend class ResidencyManager;
-  ResidencyLease(std::shared_ptr<detail::ManagerCore> core, std::uint64_t token, detail::HandleList handles,
+  ResidencyLease(detail::ManagerCore& core, std::uint64_t token, detail::HandleList handles,
                  ResidencyLocation location);
 
   detail::LifetimeToken lifetime_;
@@ -148,7 +139,7 @@ class ResidencyHold {
 
  private:
   friend class ResidencyManager;
-  ResidencyHold(std::shared_ptr<detail::ManagerCore> core, std::uint64_t token, detail::HandleList handles,
+  ResidencyHold(detail::ManagerCore& core, std::uint64_t token, detail::HandleList handles,
                 ResidencyLocation location);
 
   detail::LifetimeToken lifetime_;
@@ -167,7 +158,7 @@ class ResidencyReservation {
 
  private:
   friend class ResidencyManager;
-  ResidencyReservation(std::shared_ptr<detail::ManagerCore> core, std::uint64_t token, ResidencyLocation location,
+  ResidencyReservation(detail::ManagerCore& core, std::uint64_t token, ResidencyLocation location,
                        std::int64_t nbytes, std::string label);
 
   detail::LifetimeToken lifetime_;
