@@ -157,6 +157,69 @@ TEST(Reentrancy, ALifetimeAbandonedDuringAnotherThreadsLoadStillLetsTheCoreGo) {
   EXPECT_EQ(runtime.use_count(), 1);
 }
 
+// A lifetime destroyed by a source load on the loading thread itself cannot
+// enter the manager either; its record stays protective, and its pin drops
+// at once, since that thread holds the state lock.
+TEST(Reentrancy, ALifetimeAbandonedByTheLoadItselfDropsItsPinExactlyOnce) {
+  auto runtime = std::make_shared<harness::SimulatedRuntime>();
+  std::optional<ResidencyLease> doomed;
+  std::optional<ResidencyLease> kept;
+  ResidencyHandle held;
+  {
+    ResidencyManager manager(ManagerOptions{{}, 16, runtime, {}});
+    held = manager.adopt(make_value(4));
+    const ResidencyHandle lazy = manager.register_source(
+        ResidencyValueSpec("Blob", 16, 16, ReplicaMode::exclusive, Recoverability::reconstructible), [&] {
+          doomed.reset();  // refused: this thread is inside the manager
+          return make_value(4);
+        });
+    doomed.emplace(manager.acquire({held}, PAGEABLE_HOST));
+    kept.emplace(manager.acquire({held}, PAGEABLE_HOST));
+    manager.ensure(lazy, PAGEABLE_HOST);
+    EXPECT_FALSE(doomed.has_value());
+    EXPECT_EQ(manager.snapshot().value(held)->at(PAGEABLE_HOST)->use_count, 2);  // the abandoned record protects
+  }
+  EXPECT_EQ(runtime.use_count(), 2);  // `kept` still pins the core
+  EXPECT_TRUE(same_contents(kept->value(held), make_value(4)));
+  kept->release();
+  EXPECT_EQ(runtime.use_count(), 1);
+}
+
+// Destroying the manager while another thread's scope runs a source load
+// waits for the load to end, then lets the scope finish on its own.
+TEST(Reentrancy, DestroyingTheManagerWaitsOutAnotherThreadsLoad) {
+  auto runtime = std::make_shared<harness::SimulatedRuntime>();
+  std::optional<ResidencyManager> manager;
+  manager.emplace(ManagerOptions{{}, 16, runtime, {}});
+  std::promise<void> loading;
+  std::atomic<bool> finish{false};
+  const ResidencyHandle lazy = manager->register_source(
+      ResidencyValueSpec("Blob", 16, 16, ReplicaMode::exclusive, Recoverability::reconstructible), [&] {
+        loading.set_value();
+        while (!finish.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        return make_value(4);
+      });
+  std::optional<ResidencyScope> scope;
+  scope.emplace(manager->scope(ResidencyPlan{"load", {EnsureResident{lazy, PAGEABLE_HOST}}}));
+  std::thread loader([&] { scope->enter(); });
+  loading.get_future().wait();
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // let the destruction start waiting
+    finish.store(true);
+  });
+  manager.reset();  // returns once the load has ended
+  EXPECT_TRUE(finish.load());
+  loader.join();
+  releaser.join();
+  EXPECT_TRUE(scope->active());
+  const std::optional<ResidencyPlanReport> report = scope->close();
+  ASSERT_TRUE(report.has_value());
+  EXPECT_EQ(report->transitions.size(), 1u);
+  EXPECT_EQ(runtime.use_count(), 2);  // the scope holds the core
+  scope.reset();
+  EXPECT_EQ(runtime.use_count(), 1);
+}
+
 // Several threads issue random operations on one manager while another takes
 // snapshots; every snapshot's accounting must be internally consistent.
 TEST(Concurrency, RandomOperationsKeepSnapshotsConsistent) {
