@@ -2,11 +2,14 @@
 // the registration order that snapshots and explanations report.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <vector>
 
+#include "detail/check.hpp"
 #include "fhelium/residency/location.hpp"
 
 namespace fhelium::residency::detail {
@@ -32,19 +35,52 @@ class LocationLedger {
   // Registers `location` with a budget. Called only at construction.
   void add_budget(const ResidencyLocation& location, std::int64_t budget_bytes);
   // Registers an unbudgeted location on first use; returns true when new.
-  bool register_location(const ResidencyLocation& location);
-  const LocationAccount* find(const ResidencyLocation& location) const;
+  bool register_location(const ResidencyLocation& location) {
+    std::int32_t& slot = slot_[static_cast<std::size_t>(location.ordinal())];
+    if (slot >= 0) return false;
+    return add_location(location, slot);
+  }
+  const LocationAccount* find(const ResidencyLocation& location) const {
+    const std::int32_t slot = slot_[static_cast<std::size_t>(location.ordinal())];
+    return slot < 0 ? nullptr : &accounts_[static_cast<std::size_t>(slot)];
+  }
 
   // Throws ResidencyBudgetError when admitting `bytes` more would exceed the
   // budget of `location`, or would push its used + reserved bytes past
   // INT64_MAX (budgeted or not). Unregistered locations always admit.
-  void check_admission(const ResidencyLocation& location, std::int64_t bytes) const;
+  void check_admission(const ResidencyLocation& location, std::int64_t bytes) const {
+    FHELIUM_CHECK(bytes >= 0, "negative charge requested");
+    const LocationAccount* state = find(location);
+    if (state == nullptr) return;
+    // Admitted charges never exceed INT64_MAX in total, and a budget is at
+    // most INT64_MAX, so neither bound below can overflow.
+    const std::int64_t room = state->budget_bytes ? *state->remaining_bytes()
+                                                  : std::numeric_limits<std::int64_t>::max() - state->used_bytes -
+                                                        state->reserved_bytes;
+    if (bytes > room) [[unlikely]] refuse_admission(*state, bytes);
+  }
 
   // Charges of a registered location. Removing more than was added is a bug.
-  void add_used(const ResidencyLocation& location, std::int64_t bytes);
-  void remove_used(const ResidencyLocation& location, std::int64_t bytes);
-  void add_reserved(const ResidencyLocation& location, std::int64_t bytes);
-  void remove_reserved(const ResidencyLocation& location, std::int64_t bytes);
+  void add_used(const ResidencyLocation& location, std::int64_t bytes) {
+    LocationAccount& state = account(location);
+    state.used_bytes += bytes;
+    raise_peaks(state);
+  }
+  void remove_used(const ResidencyLocation& location, std::int64_t bytes) {
+    LocationAccount& state = account(location);
+    FHELIUM_CHECK(state.used_bytes >= bytes, "used bytes released twice");
+    state.used_bytes -= bytes;
+  }
+  void add_reserved(const ResidencyLocation& location, std::int64_t bytes) {
+    LocationAccount& state = account(location);
+    state.reserved_bytes += bytes;
+    raise_peaks(state);
+  }
+  void remove_reserved(const ResidencyLocation& location, std::int64_t bytes) {
+    LocationAccount& state = account(location);
+    FHELIUM_CHECK(state.reserved_bytes >= bytes, "reserved bytes released twice");
+    state.reserved_bytes -= bytes;
+  }
 
   // Zeroes used and reserved charges (manager close); peaks stay.
   void clear_charges();
@@ -56,13 +92,31 @@ class LocationLedger {
   // Raises the charged peak of `location` to its charge plus `bytes`, for a
   // dry-run charge that is not kept: one refused, or a temporary one returned
   // at once. Nothing when that sum is unrepresentable.
-  void note_transient_charge(const ResidencyLocation& location, std::int64_t bytes);
+  void note_transient_charge(const ResidencyLocation& location, std::int64_t bytes) {
+    LocationAccount& state = account(location);
+    std::int64_t total = 0;
+    if (__builtin_add_overflow(state.used_bytes + state.reserved_bytes, bytes, &total)) return;
+    state.peak_charged_bytes = std::max(state.peak_charged_bytes, total);
+  }
 
   const std::vector<LocationAccount>& accounts() const { return accounts_; }
 
  private:
-  LocationAccount& account(const ResidencyLocation& location);
-  static void raise_peaks(LocationAccount& account);
+  LocationAccount& account(const ResidencyLocation& location) {
+    const std::int32_t slot = slot_[static_cast<std::size_t>(location.ordinal())];
+    FHELIUM_CHECK(slot >= 0, "charge at an unregistered location");
+    return accounts_[static_cast<std::size_t>(slot)];
+  }
+  static void raise_peaks(LocationAccount& state) {
+    state.peak_used_bytes = std::max(state.peak_used_bytes, state.used_bytes);
+    state.peak_charged_bytes = std::max(state.peak_charged_bytes, state.used_bytes + state.reserved_bytes);
+    FHELIUM_CHECK(!state.budget_bytes || state.used_bytes + state.reserved_bytes <= *state.budget_bytes,
+                  "charge admitted past a strict budget");
+  }
+  // The registration of a new location into `slot`; out of line (rare).
+  bool add_location(const ResidencyLocation& location, std::int32_t& slot);
+  // Throws the ResidencyBudgetError that refuses `bytes` more at `state`.
+  [[noreturn]] static void refuse_admission(const LocationAccount& state, std::int64_t bytes);
 
   std::vector<LocationAccount> accounts_;
   std::array<std::int32_t, ResidencyLocation::ordinal_count> slot_{};
