@@ -211,6 +211,7 @@ class ManagerCore : public std::enable_shared_from_this<ManagerCore> {
   // once it is done with the core.
   std::shared_ptr<ManagerCore> unpin_locked() noexcept {
     --pins_;
+    if (!orphaned_ && stray_unpins_.load(std::memory_order_relaxed) == 0) [[likely]] return {};
     return settle_pins_locked();
   }
   // Folds in the stray unpins; returns the core's hold on itself when no pin
