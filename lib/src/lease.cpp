@@ -105,17 +105,7 @@ void ResidencyLease::release(bool wait) {
         operation.wait = wait;
         return operation;
       },
-      [&] {
-        try {
-          lifetime_.core().release_lease(lifetime_.token(), wait, last_pin);
-        } catch (const ResidencyReentrancyError&) {
-          throw;  // rejected before anything changed: the lease is still active
-        } catch (...) {
-          lifetime_.deactivate();  // the borrow ended; only the wait for its events failed
-          throw;
-        }
-        lifetime_.deactivate();
-      });
+      [&] { lifetime_.core().release_lease(lifetime_, wait, last_pin); });
 }
 
 ResidencyHold::ResidencyHold(detail::ManagerCore& core, std::uint64_t token, detail::HandleList handles,
@@ -129,10 +119,7 @@ void ResidencyHold::release() {
   std::shared_ptr<detail::ManagerCore> last_pin;
   observe_call(
       lifetime_.core(), [&] { return ended(ObservedCall::hold_release, lifetime_); },
-      [&] {
-        lifetime_.core().release_hold(lifetime_.token(), last_pin);
-        lifetime_.deactivate();
-      });
+      [&] { lifetime_.core().release_hold(lifetime_, last_pin); });
 }
 
 ResidencyReservation::ResidencyReservation(detail::ManagerCore& core, std::uint64_t token,
@@ -147,10 +134,7 @@ void ResidencyReservation::release() {
   std::shared_ptr<detail::ManagerCore> last_pin;
   observe_call(
       lifetime_.core(), [&] { return ended(ObservedCall::reservation_release, lifetime_); },
-      [&] {
-        lifetime_.core().release_reservation(lifetime_.token(), last_pin);
-        lifetime_.deactivate();
-      });
+      [&] { lifetime_.core().release_reservation(lifetime_, last_pin); });
 }
 
 }  // namespace fhelium::residency

@@ -44,9 +44,7 @@ ResidencyAction action_of(const Fields&... fields) {
 ResidencyManager::ResidencyManager(ManagerOptions options)
     : core_(std::make_shared<detail::ManagerCore>(std::move(options))) {}
 
-ResidencyManager::~ResidencyManager() {
-  if (core_) core_->disown();  // null once moved from
-}
+ResidencyManager::~ResidencyManager() { core_->disown(); }
 
 const std::string& ResidencyManager::manager_id() const noexcept { return core_->manager_id(); }
 std::uint64_t ResidencyManager::state_version() const { return core_->state_version(); }

@@ -220,6 +220,49 @@ TEST(Reentrancy, DestroyingTheManagerWaitsOutAnotherThreadsLoad) {
   EXPECT_EQ(runtime.use_count(), 1);
 }
 
+// A runtime whose wait for a lease's events calls back into the manager and
+// lets the refusal escape. The release got into the manager, so the lease has
+// ended whatever the error's type; ending it again
+// on destruction would drop its pin twice and free the core under the lease
+// that still holds it.
+class ReenteringWaitRuntime final : public harness::ForwardingRuntime {
+ public:
+  using ForwardingRuntime::ForwardingRuntime;
+  bool reenter = false;
+
+ private:
+  void do_synchronize_event(const CompletionEvent& event) override {
+    if (reenter) throw ResidencyReentrancyError("the wait called back into the manager");
+    ForwardingRuntime::do_synchronize_event(event);
+  }
+};
+
+TEST(Reentrancy, AReleaseThatGotInEndsTheLeaseWhateverItsErrorSays) {
+  auto simulated = std::make_shared<harness::SimulatedRuntime>();
+  auto runtime = std::make_shared<ReenteringWaitRuntime>(simulated);
+  std::optional<ResidencyLease> waited;
+  std::optional<ResidencyLease> kept;
+  ResidencyHandle handle;
+  {
+    ResidencyManager manager(ManagerOptions{{}, 16, runtime, {}});
+    handle = manager.adopt(make_value(4), std::nullopt, ReplicaMode::replicable);
+    manager.ensure(handle, CUDA0);
+    waited.emplace(manager.acquire({handle}, CUDA0, simulated->stream(0)));
+    kept.emplace(manager.acquire({handle}, PAGEABLE_HOST));
+    runtime->reenter = true;
+    EXPECT_THROW(waited->release(true), ResidencyReentrancyError);
+    EXPECT_FALSE(waited->active());
+    const ResidencySnapshot snapshot = manager.snapshot();
+    EXPECT_EQ(snapshot.value(handle)->at(CUDA0)->use_count, 0);  // the borrow ended
+    EXPECT_EQ(snapshot.value(handle)->at(PAGEABLE_HOST)->use_count, 1);
+  }
+  waited.reset();
+  EXPECT_EQ(runtime.use_count(), 2);  // `kept` still pins the core
+  EXPECT_TRUE(same_contents(kept->value(handle), make_value(4)));
+  kept->release();
+  EXPECT_EQ(runtime.use_count(), 1);
+}
+
 // Several threads issue random operations on one manager while another takes
 // snapshots; every snapshot's accounting must be internally consistent.
 TEST(Concurrency, RandomOperationsKeepSnapshotsConsistent) {

@@ -131,16 +131,16 @@ void ManagerCore::release_reservation_locked(std::uint64_t token) {
   bump_locked();
 }
 
-void ManagerCore::release_reservation(std::uint64_t token, std::shared_ptr<ManagerCore>& last_pin) {
+void ManagerCore::release_reservation(LifetimeToken& lifetime, std::shared_ptr<ManagerCore>& last_pin) {
   StateAccess access(*this);
-  release_reservation_locked(token);
-  last_pin = unpin_locked();
+  ScopeExit end([&] { end_lifetime_locked(lifetime, last_pin); });
+  release_reservation_locked(lifetime.token());
 }
 
-void ManagerCore::release_hold(std::uint64_t token, std::shared_ptr<ManagerCore>& last_pin) {
+void ManagerCore::release_hold(LifetimeToken& lifetime, std::shared_ptr<ManagerCore>& last_pin) {
   StateAccess access(*this);
-  if (lifetimes_.release_hold(token)) bump_locked();
-  last_pin = unpin_locked();
+  ScopeExit end([&] { end_lifetime_locked(lifetime, last_pin); });
+  if (lifetimes_.release_hold(lifetime.token())) bump_locked();
 }
 
 ResidentValue ManagerCore::leased_value(std::uint64_t token, const ResidencyHandle& handle) {
@@ -175,11 +175,11 @@ void ManagerCore::add_consumer_stream(std::uint64_t token, const c10::Stream& st
   lease->streams.push_back(stream);
 }
 
-void ManagerCore::release_lease(std::uint64_t token, bool wait, std::shared_ptr<ManagerCore>& last_pin) {
+void ManagerCore::release_lease(LifetimeToken& lifetime, bool wait, std::shared_ptr<ManagerCore>& last_pin) {
   StateAccess access(*this);
-  // The lifetime ends even when waiting for its events fails.
-  ScopeExit unpin([&] { last_pin = unpin_locked(); });
-  release_lease_locked(token, wait);
+  // The borrow ends even when waiting for its events fails.
+  ScopeExit end([&] { end_lifetime_locked(lifetime, last_pin); });
+  release_lease_locked(lifetime.token(), wait);
 }
 
 void ManagerCore::release_lease_locked(std::uint64_t token, bool wait) {
@@ -228,12 +228,32 @@ void ManagerCore::synchronize_pending_locked() {
   });
 }
 
-void ManagerCore::abandon_lease(std::uint64_t token, std::shared_ptr<ManagerCore>& last_pin) noexcept {
-  bool entered = false;  // then the pin drops on the way out, whatever happens
+template <class Body>
+void ManagerCore::abandon_with(std::shared_ptr<ManagerCore>& last_pin, Body body) noexcept {
+  bool entered = false;
   try {
     StateAccess access(*this);
     entered = true;
     ScopeExit unpin([&] { last_pin = unpin_locked(); });
+    body();
+  } catch (...) {
+    if (entered) return;  // the body failed; the pin dropped on the way out
+    // Written before looking at the gate again, so that either this thread
+    // gets in and settles the pin, or the call holding the gate sees it when
+    // it leaves (see StateGate::set_loading).
+    stray_unpins_.fetch_add(1, std::memory_order_seq_cst);
+    try {
+      if (gate_.enter() != StateGate::Entry::entered) return;
+    } catch (...) {
+      return;  // waiting failed: the stray stays for the next call to settle
+    }
+    last_pin = settle_pins_locked();
+    gate_.leave();
+  }
+}
+
+void ManagerCore::abandon_lease(std::uint64_t token, std::shared_ptr<ManagerCore>& last_pin) noexcept {
+  abandon_with(last_pin, [&] {
     const LeaseRecord* lease = lifetimes_.active_lease(token);
     if (lease == nullptr) return;
     const std::string where = lease->location.name();
@@ -244,61 +264,31 @@ void ManagerCore::abandon_lease(std::uint64_t token, std::shared_ptr<ManagerCore
       diagnose_locked("an active lease at " + where + " was abandoned and could not be released safely (" +
                       error.what() + "); its materializations stay protected");
     }
-  } catch (...) {
-    // Refused entry (a callback destroying the lease, or another thread's
-    // source load): the lease record stays active and protective.
-    if (!entered) unpin_refused(last_pin);
-  }
+  });
 }
 
 void ManagerCore::abandon_hold(std::uint64_t token, std::shared_ptr<ManagerCore>& last_pin) noexcept {
-  bool entered = false;  // then the pin drops on the way out, whatever happens
-  try {
-    StateAccess access(*this);
-    entered = true;
-    ScopeExit unpin([&] { last_pin = unpin_locked(); });
+  abandon_with(last_pin, [&] {
     const HoldRecord* hold = lifetimes_.hold(token);
     if (hold == nullptr) return;
     diagnose_locked("an active hold at " + hold->location.name() + " was abandoned; released");
     if (lifetimes_.release_hold(token)) bump_locked();
-  } catch (...) {
-    if (!entered) unpin_refused(last_pin);
-  }
+  });
 }
 
 void ManagerCore::abandon_reservation(std::uint64_t token, std::shared_ptr<ManagerCore>& last_pin) noexcept {
-  bool entered = false;  // then the pin drops on the way out, whatever happens
-  try {
-    StateAccess access(*this);
-    entered = true;
-    ScopeExit unpin([&] { last_pin = unpin_locked(); });
+  abandon_with(last_pin, [&] {
     const ReservationRecord* reservation = lifetimes_.reservation(token);
     if (reservation == nullptr) return;
     diagnose_locked("an active reservation '" + reservation->label + "' was abandoned; released");
     release_reservation_locked(token);
-  } catch (...) {
-    if (!entered) unpin_refused(last_pin);
-  }
+  });
 }
 
 std::shared_ptr<ManagerCore> ManagerCore::settle_pins_locked() noexcept {
   if (stray_unpins_.load(std::memory_order_relaxed) != 0) pins_ -= stray_unpins_.exchange(0);
   if (pins_ == 0 && orphaned_) return std::move(self_pin_);
   return {};
-}
-
-void ManagerCore::unpin_refused(std::shared_ptr<ManagerCore>& last_pin) noexcept {
-  if (gate_.held_here()) {  // refused within this thread's own call
-    last_pin = unpin_locked();
-    return;
-  }
-  // Refused by another thread's source load. Written before looking at the
-  // gate again, so that either this thread gets in and settles the pin, or
-  // the loading call, when its load ends, sees it (see StateGate::set_loading).
-  stray_unpins_.fetch_add(1, std::memory_order_seq_cst);
-  if (gate_.enter() != StateGate::Entry::entered) return;  // loading again: that call settles it
-  last_pin = settle_pins_locked();
-  gate_.leave();
 }
 
 void ManagerCore::disown() noexcept {

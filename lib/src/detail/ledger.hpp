@@ -62,24 +62,16 @@ class LocationLedger {
 
   // Charges of a registered location. Removing more than was added is a bug.
   void add_used(const ResidencyLocation& location, std::int64_t bytes) {
-    LocationAccount& state = account(location);
-    state.used_bytes += bytes;
-    raise_peaks(state);
+    add<&LocationAccount::used_bytes>(location, bytes);
   }
   void remove_used(const ResidencyLocation& location, std::int64_t bytes) {
-    LocationAccount& state = account(location);
-    FHELIUM_CHECK(state.used_bytes >= bytes, "used bytes released twice");
-    state.used_bytes -= bytes;
+    remove<&LocationAccount::used_bytes>(location, bytes, "used bytes released twice");
   }
   void add_reserved(const ResidencyLocation& location, std::int64_t bytes) {
-    LocationAccount& state = account(location);
-    state.reserved_bytes += bytes;
-    raise_peaks(state);
+    add<&LocationAccount::reserved_bytes>(location, bytes);
   }
   void remove_reserved(const ResidencyLocation& location, std::int64_t bytes) {
-    LocationAccount& state = account(location);
-    FHELIUM_CHECK(state.reserved_bytes >= bytes, "reserved bytes released twice");
-    state.reserved_bytes -= bytes;
+    remove<&LocationAccount::reserved_bytes>(location, bytes, "reserved bytes released twice");
   }
 
   // Zeroes used and reserved charges (manager close); peaks stay.
@@ -106,6 +98,20 @@ class LocationLedger {
     const std::int32_t slot = slot_[static_cast<std::size_t>(location.ordinal())];
     FHELIUM_CHECK(slot >= 0, "charge at an unregistered location");
     return accounts_[static_cast<std::size_t>(slot)];
+  }
+  // One charge (used or reserved), chosen at compile time.
+  using Charge = std::int64_t LocationAccount::*;
+  template <Charge charge>
+  void add(const ResidencyLocation& location, std::int64_t bytes) {
+    LocationAccount& state = account(location);
+    state.*charge += bytes;
+    raise_peaks(state);
+  }
+  template <Charge charge>
+  void remove(const ResidencyLocation& location, std::int64_t bytes, const char* twice) {
+    LocationAccount& state = account(location);
+    FHELIUM_CHECK(state.*charge >= bytes, twice);
+    state.*charge -= bytes;
   }
   static void raise_peaks(LocationAccount& state) {
     state.peak_used_bytes = std::max(state.peak_used_bytes, state.used_bytes);

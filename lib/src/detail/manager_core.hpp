@@ -107,21 +107,23 @@ class ManagerCore : public std::enable_shared_from_this<ManagerCore> {
   void abandon_scope(const std::vector<std::uint64_t>& reservation_tokens, const std::string& plan_name) noexcept;
 
   // Lifetimes (core_lifetimes.cpp). A repeated handle counts once, as in the
-  // reference. Each grant pins the core for the new lifetime; each release,
-  // once it has ended the lifetime, drops the pin, handing back through
-  // `last_pin` the core's hold on itself when that was its last lifetime and
-  // the manager is gone (the caller drops it when done with the core). A
-  // release refused for reentry leaves the lifetime active and pinned.
+  // reference. Each grant pins the core for the new lifetime. A release that
+  // gets into the core ends the lifetime object and drops its pin together,
+  // whatever happens after, handing back through `last_pin` the core's hold
+  // on itself when that was its last lifetime and the manager is gone (the
+  // caller drops it when done with the core). A release refused entry
+  // changes nothing: the lifetime stays active and pinned.
   LifetimeGrant acquire(const std::vector<ResidencyHandle>& handles, const ResidencyLocation& at,
                         const std::optional<c10::Stream>& consumer_stream);
   LifetimeGrant hold(const std::vector<ResidencyHandle>& handles, const ResidencyLocation& at);
   std::uint64_t reserve(const ResidencyLocation& location, std::int64_t nbytes, const std::string& label);
   ResidentValue leased_value(std::uint64_t token, const ResidencyHandle& handle);
   void add_consumer_stream(std::uint64_t token, const c10::Stream& stream);
-  void release_lease(std::uint64_t token, bool wait, std::shared_ptr<ManagerCore>& last_pin);
-  void release_hold(std::uint64_t token, std::shared_ptr<ManagerCore>& last_pin);
-  void release_reservation(std::uint64_t token, std::shared_ptr<ManagerCore>& last_pin);
-  // Destructor paths: never throw; record a diagnostic; always drop the pin.
+  void release_lease(LifetimeToken& lifetime, bool wait, std::shared_ptr<ManagerCore>& last_pin);
+  void release_hold(LifetimeToken& lifetime, std::shared_ptr<ManagerCore>& last_pin);
+  void release_reservation(LifetimeToken& lifetime, std::shared_ptr<ManagerCore>& last_pin);
+  // Destructor paths (the lifetime object has already ended): never throw;
+  // record a diagnostic; always drop the pin.
   void abandon_lease(std::uint64_t token, std::shared_ptr<ManagerCore>& last_pin) noexcept;
   void abandon_hold(std::uint64_t token, std::shared_ptr<ManagerCore>& last_pin) noexcept;
   void abandon_reservation(std::uint64_t token, std::shared_ptr<ManagerCore>& last_pin) noexcept;
@@ -214,14 +216,23 @@ class ManagerCore : public std::enable_shared_from_this<ManagerCore> {
     if (!orphaned_ && stray_unpins_.load(std::memory_order_relaxed) == 0) [[likely]] return {};
     return settle_pins_locked();
   }
+  // Ends `lifetime` and drops its pin (see release_lease).
+  void end_lifetime_locked(LifetimeToken& lifetime, std::shared_ptr<ManagerCore>& last_pin) noexcept {
+    lifetime.deactivate();
+    last_pin = unpin_locked();
+  }
   // Folds in the stray unpins; returns the core's hold on itself when no pin
   // is left and the core is orphaned.
   std::shared_ptr<ManagerCore> settle_pins_locked() noexcept;
-  // An abandon whose gate entry was refused, by a call of this thread (a
-  // callback destroying the lifetime: the gate is held here, so the pin
-  // drops now) or by another thread's source load (the pin is counted in
-  // stray_unpins_, and that call settles it when it leaves the gate).
-  void unpin_refused(std::shared_ptr<ManagerCore>& last_pin) noexcept;
+  // Runs `body`, an abandon's work, under the state lock and drops the
+  // abandoned lifetime's pin on the way out, whatever happens. When entry is
+  // refused (a callback of this thread's own call destroying the lifetime,
+  // or another thread's source load) the lifetime's record stays as it is
+  // and its pin is counted in stray_unpins_: the call holding the gate
+  // settles it when it leaves (StateAccess), or this thread does if the
+  // gate has come free meanwhile.
+  template <class Body>
+  void abandon_with(std::shared_ptr<ManagerCore>& last_pin, Body body) noexcept;
   void synchronize_pending_locked();
 
   const std::string manager_id_;

@@ -81,7 +81,8 @@ class LifetimeToken {
   bool active() const noexcept { return active_; }
   ManagerCore& core() const noexcept { return *core_; }
   std::uint64_t token() const noexcept { return token_; }
-  // Once the core has ended the lifetime (and dropped its pin).
+  // By the core, under its state lock, as it ends the lifetime and drops its
+  // pin: the two never part.
   void deactivate() noexcept { active_ = false; }
 
  private:
