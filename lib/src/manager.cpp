@@ -33,12 +33,6 @@ ObservedOperation borrowing(ObservedCall call, const std::vector<ResidencyHandle
 
 void note_report(ObservedOperation& operation, const ResidencyTransitionReport& report) { operation.no_op = report.no_op; }
 
-// An action built in place: each field copied once, nothing moved after.
-template <class Action, class... Fields>
-ResidencyAction action_of(const Fields&... fields) {
-  return ResidencyAction(std::in_place_type<Action>, fields...);
-}
-
 }  // namespace
 
 ResidencyManager::ResidencyManager(ManagerOptions options)
@@ -96,7 +90,7 @@ ResidencyTransitionReport ResidencyManager::ensure(const ResidencyHandle& handle
                                                    std::optional<c10::Stream> stream) {
   return observe_call(
       *core_, [&] { return transition(ObservedCall::ensure, handle, at, stream); },
-      [&] { return core_->run_action(action_of<EnsureResident>(handle, at), stream); }, note_report);
+      [&] { return core_->run_action<EnsureResident>(stream, handle, at); }, note_report);
 }
 
 ResidencyTransitionReport ResidencyManager::copy(const ResidencyHandle& handle, const ResidencyLocation& to,
@@ -114,19 +108,19 @@ ResidencyTransitionReport ResidencyManager::move(const ResidencyHandle& handle, 
         operation.from = from_location;
         return operation;
       },
-      [&] { return core_->run_action(action_of<MoveResident>(handle, to, from_location), stream); }, note_report);
+      [&] { return core_->run_action<MoveResident>(stream, handle, to, from_location); }, note_report);
 }
 
 ResidencyTransitionReport ResidencyManager::drop(const ResidencyHandle& handle, const ResidencyLocation& at) {
   return observe_call(
       *core_, [&] { return transition(ObservedCall::drop, handle, at, std::nullopt); },
-      [&] { return core_->run_action(action_of<DropResident>(handle, at), std::nullopt); }, note_report);
+      [&] { return core_->run_action<DropResident>(std::nullopt, handle, at); }, note_report);
 }
 
 ResidencyTransitionReport ResidencyManager::discard(const ResidencyHandle& handle) {
   return observe_call(
       *core_, [&] { return transition(ObservedCall::discard, handle, std::nullopt, std::nullopt); },
-      [&] { return core_->run_action(action_of<DiscardValue>(handle), std::nullopt); }, note_report);
+      [&] { return core_->run_action<DiscardValue>(std::nullopt, handle); }, note_report);
 }
 
 ResidencyPlanReport ResidencyManager::execute_actions(const std::vector<ResidencyAction>& actions,

@@ -1045,7 +1045,7 @@ TEST(Transitions, InstallChargesClaimsAndBumpsAndRemoveUndoesEachOfThem) {
   EXPECT_EQ(fixture.version, 2u);  // pageable host's registration, then the install
   // The same storage cannot become a second value's materialization.
   ValueRecord& second = fixture.values.add(blob_spec(), nullptr, std::nullopt);
-  EXPECT_THROW(fixture.transitions.install(second, PAGEABLE_HOST, first.at(PAGEABLE_HOST)->value, false),
+  EXPECT_THROW(fixture.transitions.install(second, PAGEABLE_HOST, ResidentValue(first.at(PAGEABLE_HOST)->value), false),
                ResidencyOwnershipError);
   EXPECT_TRUE(second.materializations.empty());
   EXPECT_EQ(fixture.used(PAGEABLE_HOST), 8);
@@ -1054,9 +1054,9 @@ TEST(Transitions, InstallChargesClaimsAndBumpsAndRemoveUndoesEachOfThem) {
   EXPECT_EQ(fixture.version, 3u);
   // The storage is free again once its materialization is gone.
   const ResidentValue kept = blob(7);
-  fixture.transitions.install(second, PAGEABLE_HOST, kept, false);
+  fixture.transitions.install(second, PAGEABLE_HOST, ResidentValue(kept), false);
   fixture.transitions.remove(second, PAGEABLE_HOST);
-  fixture.transitions.install(first, PAGEABLE_HOST, kept, false);
+  fixture.transitions.install(first, PAGEABLE_HOST, ResidentValue(kept), false);
   EXPECT_EQ(first.at(PAGEABLE_HOST)->value.field("data").item<std::int64_t>(), 7);
 }
 

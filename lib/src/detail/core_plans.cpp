@@ -144,8 +144,8 @@ ResidencyPlanReport ManagerCore::execute_actions(const std::vector<ResidencyActi
   for (std::size_t index = 0; index < actions.size(); ++index) {
     try {
       // Each action after the first starts when the previous one completed.
-      transitions.push_back(execute_action_locked(actions[index], stream_for(actions[index], streams),
-                                                  preflight.records[index], previous_completion(transitions, 0)));
+      append_run_locked(transitions, actions[index], stream_for(actions[index], streams), preflight.records[index],
+                        previous_completion(transitions, 0));
     } catch (...) {
       throw_execution_error(name, {PlanPhase::execute, actions[index], static_cast<std::int64_t>(index)},
                             std::move(transitions), started, clock_locked());
@@ -181,9 +181,8 @@ ScopeEntry ManagerCore::enter_scope(const ResidencyPlan& plan, const TransferStr
     const std::size_t before = entry.transitions.size();
     for (std::size_t index = 0; index < phase_actions.size(); ++index) {
       try {
-        entry.transitions.push_back(execute_action_locked(
-            phase_actions[index], stream_for(phase_actions[index], streams), preflight.records[first + index],
-            previous_completion(entry.transitions, before)));
+        append_run_locked(entry.transitions, phase_actions[index], stream_for(phase_actions[index], streams),
+                          preflight.records[first + index], previous_completion(entry.transitions, before));
       } catch (...) {
         throw_execution_error(plan.name, {phase, phase_actions[index], static_cast<std::int64_t>(index)},
                               entry.transitions, entry.started_at_ns, clock_locked());
@@ -220,8 +219,8 @@ ResidencyPlanReport ManagerCore::exit_scope(const ResidencyPlan& plan, const Tra
   const std::size_t before = transitions.size();
   for (std::size_t index = 0; index < plan.exit.size(); ++index) {
     try {
-      transitions.push_back(execute_action_locked(plan.exit[index], stream_for(plan.exit[index], streams), nullptr,
-                                                  previous_completion(transitions, before)));
+      append_run_locked(transitions, plan.exit[index], stream_for(plan.exit[index], streams), nullptr,
+                        previous_completion(transitions, before));
     } catch (...) {
       throw_execution_error(plan.name, {PlanPhase::exit, plan.exit[index], static_cast<std::int64_t>(index)},
                             std::move(transitions), started_at_ns, clock_locked());

@@ -56,17 +56,32 @@ ResidencyHandle ManagerCore::register_source(ResidencyValueSpec spec, std::share
   return values_.handle_of(record);
 }
 
-ResidencyTransitionReport ManagerCore::run_action(ResidencyAction&& action, const std::optional<c10::Stream>& stream) {
-  validate_handle(action_handle(action));
+template <class Action, class... Fields>
+ResidencyTransitionReport ManagerCore::run_action(const std::optional<c10::Stream>& stream, const Fields&... fields) {
+  ResidencyTransitionReport report(RecordAssembly::key(), std::in_place, std::in_place_type<Action>, fields...);
+  validate_handle(action_handle(report.action));
   StateAccess access(*this);
   require_open_locked();
-  return execute_action_locked(std::move(action), stream);
+  run_locked(report, stream);
+  return report;
 }
 
-template <class Action>
-ResidencyTransitionReport ManagerCore::execute_action_locked(Action&& action, const std::optional<c10::Stream>& stream,
-                                                             ValueRecord* resolved,
-                                                             std::optional<std::int64_t> started_at_ns) {
+template ResidencyTransitionReport ManagerCore::run_action<EnsureResident>(const std::optional<c10::Stream>&,
+                                                                           const ResidencyHandle&,
+                                                                           const ResidencyLocation&);
+template ResidencyTransitionReport ManagerCore::run_action<MoveResident>(const std::optional<c10::Stream>&,
+                                                                         const ResidencyHandle&,
+                                                                         const ResidencyLocation&,
+                                                                         const std::optional<ResidencyLocation>&);
+template ResidencyTransitionReport ManagerCore::run_action<DropResident>(const std::optional<c10::Stream>&,
+                                                                         const ResidencyHandle&,
+                                                                         const ResidencyLocation&);
+template ResidencyTransitionReport ManagerCore::run_action<DiscardValue>(const std::optional<c10::Stream>&,
+                                                                         const ResidencyHandle&);
+
+void ManagerCore::run_locked(ResidencyTransitionReport& report, const std::optional<c10::Stream>& stream,
+                             ValueRecord* resolved, std::optional<std::int64_t> started_at_ns) {
+  const ResidencyAction& action = report.action;
   reap_locked();
   const std::int64_t started = started_at_ns ? *started_at_ns : clock_locked();
   ValueRecord& record = resolved != nullptr ? *resolved : values_.lookup(action_handle(action));
@@ -77,18 +92,33 @@ ResidencyTransitionReport ManagerCore::execute_action_locked(Action&& action, co
   const auto before = sample_allocator_locked(allocator_device);
   const TransitionDecision decision = transitions_.decide_and_apply(action, record, stream);
   const auto after = sample_allocator_locked(allocator_device);
-  ResidencyTransitionReport report(RecordAssembly::key(), std::forward<Action>(action), decision.changes_nothing(),
-                                   decision.source, decision.destination, record.spec.logical_nbytes,
-                                   record.spec.storage_nbytes, started, clock_locked(), allocator_device,
-                                   before.first, before.second, after.first, after.second,
-                                   decision.no_op ? std::optional<std::string>(decision.no_op) : std::nullopt);
+  report.no_op = decision.changes_nothing();
+  report.source = decision.source;
+  report.destination = decision.destination;
+  report.logical_nbytes = record.spec.logical_nbytes;
+  report.storage_nbytes = record.spec.storage_nbytes;
+  report.started_at_ns = started;
+  report.completed_at_ns = clock_locked();
+  report.allocator_device = allocator_device;
+  report.allocator_allocated_bytes_before = before.first;
+  report.allocator_reserved_bytes_before = before.second;
+  report.allocator_allocated_bytes_after = after.first;
+  report.allocator_reserved_bytes_after = after.second;
+  if (decision.no_op) report.reason.emplace(decision.no_op);
   trace_.push_in_place([&](TraceRecord& slot) { slot.assign(report, record.serial, decision.no_op); });
-  return report;
 }
 
-// A plan's actions, copied into their reports (core_plans.cpp).
-template ResidencyTransitionReport ManagerCore::execute_action_locked<const ResidencyAction&>(
-    const ResidencyAction&, const std::optional<c10::Stream>&, ValueRecord*, std::optional<std::int64_t>);
+void ManagerCore::append_run_locked(std::vector<ResidencyTransitionReport>& reports, const ResidencyAction& action,
+                                    const std::optional<c10::Stream>& stream, ValueRecord* record,
+                                    std::optional<std::int64_t> started_at_ns) {
+  ResidencyTransitionReport& report = reports.emplace_back(RecordAssembly::key(), std::in_place, action);
+  try {
+    run_locked(report, stream, record, started_at_ns);
+  } catch (...) {
+    reports.pop_back();
+    throw;
+  }
+}
 
 std::optional<c10::Device> ManagerCore::allocator_device_for(const ResidencyAction& action,
                                                              const ValueRecord& record) const {

@@ -92,8 +92,10 @@ class ManagerCore : public std::enable_shared_from_this<ManagerCore> {
   ResidencyHandle adopt(ResidentValue value, std::optional<ResidencyLocation> at, ReplicaMode replica_mode);
   ResidencyHandle register_source(ResidencyValueSpec spec, std::shared_ptr<ResidencySource> source,
                                   ResidencyLocation source_location);
-  // One action, moved into its report.
-  ResidencyTransitionReport run_action(ResidencyAction&& action, const std::optional<c10::Stream>& stream);
+  // One action of type `Action`, built from `fields` in its report's place
+  // (instantiated in core_transitions.cpp for each public call's fields).
+  template <class Action, class... Fields>
+  ResidencyTransitionReport run_action(const std::optional<c10::Stream>& stream, const Fields&... fields);
 
   // Plans (core_plans.cpp).
   ResidencyPlanReport execute_actions(const std::vector<ResidencyAction>& actions, const std::string& name,
@@ -170,16 +172,19 @@ class ManagerCore : public std::enable_shared_from_this<ManagerCore> {
   static std::optional<c10::Stream> stream_for(const ResidencyAction& action, const TransferStreams& streams);
 
   // Primitives (core_transitions.cpp): one action, timed and reported.
+  // run_locked carries out `report.action` and fills in the rest of `report`.
   // `record`, when given, is the action's value record, already resolved by
   // the plan's preflight. `started_at_ns`, when given, is the action's start:
   // in a run of a plan's actions, the previous action's completion, so one
-  // clock read marks both. `Action` is `const ResidencyAction&` (a plan's,
-  // copied into the report; instantiated in core_transitions.cpp) or
-  // `ResidencyAction` (a single call's, moved into it).
-  template <class Action>
-  ResidencyTransitionReport execute_action_locked(Action&& action, const std::optional<c10::Stream>& stream,
-                                                  ValueRecord* record = nullptr,
-                                                  std::optional<std::int64_t> started_at_ns = std::nullopt);
+  // clock read marks both.
+  void run_locked(ResidencyTransitionReport& report, const std::optional<c10::Stream>& stream,
+                  ValueRecord* record = nullptr, std::optional<std::int64_t> started_at_ns = std::nullopt);
+  // A plan's `action`, run with its report built at the end of `reports`
+  // (copied there once, never moved); on a failure the report is removed
+  // again and the error propagates.
+  void append_run_locked(std::vector<ResidencyTransitionReport>& reports, const ResidencyAction& action,
+                         const std::optional<c10::Stream>& stream, ValueRecord* record,
+                         std::optional<std::int64_t> started_at_ns);
   std::optional<c10::Device> allocator_device_for(const ResidencyAction& action, const ValueRecord& record) const;
   std::pair<std::optional<std::int64_t>, std::optional<std::int64_t>> sample_allocator_locked(
       const std::optional<c10::Device>& device);

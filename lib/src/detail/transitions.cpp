@@ -6,6 +6,7 @@
 #include <variant>
 
 #include "detail/check.hpp"
+#include "detail/handle_text.hpp"
 #include "detail/scope_exit.hpp"
 #include "fhelium/residency/errors.hpp"
 
@@ -99,16 +100,19 @@ void Transitions::raise_refusal(const ValueRecord& record, const TransitionDecis
 }
 
 void Transitions::apply(ValueRecord& record, const TransitionDecision& decision,
-                               const std::optional<c10::Stream>& stream) {
+                        const std::optional<c10::Stream>& stream) {
   if (decision.discard) {
     discard(record);
     return;
   }
   if (decision.install) {
-    TransferSource from = decision.load
-                              ? load(record)
-                              : TransferSource{*decision.source, record.at(*decision.source)->value, false, {}};
-    materialize(record, std::move(from), *decision.destination, stream, decision.exclusive_transition);
+    if (decision.load) {
+      load_in(record, *decision.destination, stream, decision.exclusive_transition);
+    } else {
+      // By reference: the copy is made before anything is installed.
+      copy_in(record, record.at(*decision.source)->value, *decision.destination, stream,
+              decision.exclusive_transition);
+    }
   }
   if (decision.remove) remove(record, *decision.remove);
 }
@@ -123,44 +127,58 @@ void Transitions::discard(ValueRecord& record) {
   bump();
 }
 
-void Transitions::materialize(ValueRecord& record, TransferSource from, const ResidencyLocation& destination,
-                                     const std::optional<c10::Stream>& stream, bool allow_exclusive_transition) {
-  const std::int64_t charge = record.spec.storage_nbytes;
-  auto release_temporary = [&] {
-    if (from.temporary) {
-      from.temporary = false;
-      ledger_.remove_reserved(from.location, charge);
-    }
-  };
-  ScopeExit guard(release_temporary);
-  if (from.temporary && from.location == destination) {
-    // The loaded value already lives at the destination: one charge serves both.
-    release_temporary();
-    install(record, destination, std::move(from.value), allow_exclusive_transition, std::move(from.keys));
-    return;
-  }
-  ledger_.check_admission(destination, charge);
-  ResidentValue copy = runtime_.copy_to(from.value, destination, stream);
+void Transitions::copy_in(ValueRecord& record, const ResidentValue& from, const ResidencyLocation& destination,
+                          const std::optional<c10::Stream>& stream, bool allow_exclusive_transition) {
+  ledger_.check_admission(destination, record.spec.storage_nbytes);
+  ResidentValue copy = runtime_.copy_to(from, destination, stream);
   install(record, destination, std::move(copy), allow_exclusive_transition);
 }
 
-void Transitions::install(ValueRecord& record, const ResidencyLocation& location, ResidentValue value,
-                                 bool allow_exclusive_transition, std::optional<StorageKeys> checked_keys) {
+void Transitions::load_in(ValueRecord& record, const ResidencyLocation& destination,
+                          const std::optional<c10::Stream>& stream, bool allow_exclusive_transition) {
+  const ResidencyLocation location = *record.source_location;
+  const std::int64_t charge = record.spec.storage_nbytes;
+  ledger_.check_admission(location, charge);
+  ledger_.add_reserved(location, charge);
+  bool charged = true;
+  const auto release = [&] {
+    if (charged) {
+      charged = false;
+      ledger_.remove_reserved(location, charge);
+    }
+  };
+  ScopeExit guard(release);
+  Loaded loaded = load(record, location);
+  if (location == destination) {
+    // The loaded value already lives at the destination: one charge serves both.
+    release();
+    install(record, destination, std::move(loaded.value), allow_exclusive_transition, &loaded.keys);
+    return;
+  }
+  copy_in(record, loaded.value, destination, stream, allow_exclusive_transition);
+}
+
+void Transitions::install(ValueRecord& record, const ResidencyLocation& location, ResidentValue&& value,
+                          bool allow_exclusive_transition, StorageKeys* checked_keys) {
   FHELIUM_CHECK(record.at(location) == nullptr, "materialization installed twice");
   if (record.spec.replica_mode == ReplicaMode::exclusive && !record.materializations.empty() &&
       !allow_exclusive_transition) {
     throw ResidencyOwnershipError("EXCLUSIVE " + value_name(record) + " cannot have simultaneous replicas");
   }
   // A freshly loaded value was validated and checked for aliasing at this
-  // very location by load_locked, under the same lock: not twice.
-  if (!checked_keys) validate(record.spec, value, location);
+  // very location by load(), under the same lock: not twice.
+  StorageKeys computed;
+  if (checked_keys == nullptr) {
+    validate(record.spec, value, location);
+    computed = runtime_.storage_keys(value);
+    values_.check_unaliased(computed);
+    checked_keys = &computed;
+  }
   ledger_.check_admission(location, record.spec.storage_nbytes);
-  StorageKeys keys = checked_keys ? std::move(*checked_keys) : runtime_.storage_keys(value);
-  if (!checked_keys) values_.check_unaliased(keys);
   register_location(location);
-  values_.claim(keys, record, location);
+  values_.claim(*checked_keys, record, location);
   const std::int64_t storage = value.storage_nbytes();
-  record.materializations.emplace_back(location, std::move(value), storage, std::move(keys));
+  record.materializations.emplace_back(location, std::move(value), storage, std::move(*checked_keys));
   ledger_.add_used(location, record.spec.storage_nbytes);
   bump();
 }
@@ -187,31 +205,25 @@ void Transitions::require_removable(const ValueRecord& record, const Materializa
                             ", pending_events=" + std::to_string(item.pending_count));
 }
 
-Transitions::TransferSource Transitions::load(ValueRecord& record) {
-  const ResidencyLocation location = *record.source_location;
-  const std::int64_t charge = record.spec.storage_nbytes;
-  ledger_.check_admission(location, charge);
-  ledger_.add_reserved(location, charge);
-  ScopeExit release([&] { ledger_.remove_reserved(location, charge); });
-  std::optional<ResidentValue> loaded;
-  {
+Transitions::Loaded Transitions::load(ValueRecord& record, const ResidencyLocation& location) {
+  const auto run_source = [&] {
     gate_.set_loading(true);
     ScopeExit done([&] { gate_.set_loading(false); });
-    loaded = record.source->load();
-  }
-  validate(record.spec, *loaded, location);
+    return record.source->load();
+  };
+  Loaded loaded{run_source(), {}};
+  validate(record.spec, loaded.value, location);
   // A load must return fresh storage: one that aliases a managed
   // materialization would hand another value's bytes to this one, even when
   // only copied from (the copy itself is fresh).
-  StorageKeys keys = runtime_.storage_keys(*loaded);
-  values_.check_unaliased(keys);
-  release.dismiss();
-  return TransferSource{location, std::move(*loaded), true, std::move(keys)};
+  loaded.keys = runtime_.storage_keys(loaded.value);
+  values_.check_unaliased(loaded.keys);
+  return loaded;
 }
 
 void Transitions::validate(const ResidencyValueSpec& spec, const ResidentValue& value,
                                                   const ResidencyLocation& location) const {
-  if (value.type_name() != spec.value_type) {
+  if (!same_text(value.type_name(), spec.value_type)) {
     throw ResidencyMaterializationError("Expected " + spec.value_type + ", got " + value.type_name() +
                                         " (a source or copy returned the wrong value type)");
   }

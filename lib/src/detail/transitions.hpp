@@ -46,9 +46,10 @@ class Transitions {
   // EXCLUSIVE value may gain a second one only when
   // `allow_exclusive_transition` (a move, which removes the first next).
   // `checked_keys`: the value's storage keys when it was already validated and
-  // checked for aliasing at `location` (a load installed where it was made).
-  void install(ValueRecord& record, const ResidencyLocation& location, ResidentValue value,
-               bool allow_exclusive_transition, std::optional<StorageKeys> checked_keys = {});
+  // checked for aliasing at `location` (a load installed where it was made);
+  // they are moved from.
+  void install(ValueRecord& record, const ResidencyLocation& location, ResidentValue&& value,
+               bool allow_exclusive_transition, StorageKeys* checked_keys = nullptr);
   // Removes `record`'s materialization at `location`, which exists and is
   // not protected.
   void remove(ValueRecord& record, const ResidencyLocation& location);
@@ -59,23 +60,27 @@ class Transitions {
   // Throws ResidencyInUseError naming the protection counts when `item` is protected.
   static void require_removable(const ValueRecord& record, const Materialization& item);
 
-  // A value ready to copy from: an existing replica or a freshly loaded one
-  // whose temporary charge is still held at `location`.
-  struct TransferSource {
-    ResidencyLocation location;
+  // A freshly loaded value and its storage keys, checked unaliased.
+  struct Loaded {
     ResidentValue value;
-    bool temporary = false;
-    StorageKeys keys;  // a loaded value's storage keys, checked unaliased
+    StorageKeys keys;
   };
 
   void raise_refusal(const ValueRecord& record, const TransitionDecision& decision) const;
   void apply(ValueRecord& record, const TransitionDecision& decision, const std::optional<c10::Stream>& stream);
   void discard(ValueRecord& record);
-  void materialize(ValueRecord& record, TransferSource source, const ResidencyLocation& destination,
-                   const std::optional<c10::Stream>& stream, bool allow_exclusive_transition);
+  // Copies `from` (a replica of `record`, or its loaded value) to
+  // `destination` through the runtime and installs the copy.
+  void copy_in(ValueRecord& record, const ResidentValue& from, const ResidencyLocation& destination,
+               const std::optional<c10::Stream>& stream, bool allow_exclusive_transition);
   // Reconstructs the value from its source under a temporary charge at the
-  // source location, held until the returned source is used.
-  TransferSource load(ValueRecord& record);
+  // source location, held until the value is installed, then installs it at
+  // `destination` (directly when that is the source location).
+  void load_in(ValueRecord& record, const ResidencyLocation& destination, const std::optional<c10::Stream>& stream,
+               bool allow_exclusive_transition);
+  // Runs the source with the gate's loading flag set, then validates what it
+  // returned at `location` and checks its storage unaliased.
+  Loaded load(ValueRecord& record, const ResidencyLocation& location);
   void validate(const ResidencyValueSpec& spec, const ResidentValue& value, const ResidencyLocation& location) const;
   void bump() { ++version_; }
 

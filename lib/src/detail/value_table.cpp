@@ -50,30 +50,18 @@ ValueRecord* ValueTable::find(const ResidencyHandle& handle) {
   return same_text(handle.manager_id, manager_id_) ? find_issued_here(handle) : nullptr;
 }
 
-ValueRecord* ValueTable::find_issued_here(const ResidencyHandle& handle) {
-  // Handle ids are decimal serials without leading zeros, so an id that
-  // parses to a record's serial is that record's id, character for character.
-  const std::uint64_t serial = handle_serial(handle.handle_id);
-  if (serial == 0 || serial > index_by_serial_.size()) return nullptr;
-  const std::size_t slot = index_by_serial_[serial - 1];
-  if (slot == 0) return nullptr;
-  ValueRecord& record = record_at(slot - 1);
-  FHELIUM_CHECK(record.serial == serial, "a record is indexed under another serial");
-  return same_text(record.spec.value_type, handle.value_type) ? &record : nullptr;
-}
-
-ValueRecord& ValueTable::lookup(const ResidencyHandle& handle) {
+void ValueTable::raise_unresolved(const ResidencyHandle& handle) const {
   if (!same_text(handle.manager_id, manager_id_)) {
     throw ResidencyHandleError("handle '" + handle.handle_id + "' belongs to manager '" + handle.manager_id +
                                "', not '" + manager_id_ + "'");
   }
-  ValueRecord* record = find_issued_here(handle);
+  const ValueRecord* record = const_cast<ValueTable*>(this)->find_issued_here(handle);
   if (record == nullptr) {
     throw ResidencyHandleError("residency handle '" + handle.handle_id + "' (" + handle.value_type +
                                ") is unknown to manager '" + manager_id_ + "'");
   }
-  if (record->discarded) throw ResidencyHandleError("residency value '" + handle.handle_id + "' has been discarded");
-  return *record;
+  FHELIUM_CHECK(record->discarded, "a live record's handle failed to resolve");
+  throw ResidencyHandleError("residency value '" + handle.handle_id + "' has been discarded");
 }
 
 void ValueTable::check_unaliased(std::span<const StorageKey> keys) const {

@@ -15,6 +15,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "detail/check.hpp"
+#include "detail/handle_text.hpp"
 #include "detail/storage_index.hpp"
 #include "fhelium/residency/inline_vector.hpp"
 #include "fhelium/residency/location.hpp"
@@ -78,8 +80,15 @@ class ValueTable {
   void remove_last();
 
   // The live record of `handle`; throws ResidencyHandleError for a foreign,
-  // unknown or discarded handle.
-  ValueRecord& lookup(const ResidencyHandle& handle);
+  // unknown or discarded handle. Inline: every call that names a value
+  // resolves it here.
+  ValueRecord& lookup(const ResidencyHandle& handle) {
+    if (same_text(handle.manager_id, manager_id_)) [[likely]] {
+      ValueRecord* record = find_issued_here(handle);
+      if (record != nullptr && !record->discarded) [[likely]] return *record;
+    }
+    raise_unresolved(handle);
+  }
   // The record of `handle` including discarded ones; nullptr when foreign or unknown.
   ValueRecord* find(const ResidencyHandle& handle);
 
@@ -116,7 +125,20 @@ class ValueTable {
   using Chunk = std::vector<ValueRecord>;  // capacity chunk_records, never exceeded
 
   // find() for a handle whose manager id is already known to be this table's.
-  ValueRecord* find_issued_here(const ResidencyHandle& handle);
+  // Handle ids are decimal serials without leading zeros, so an id that
+  // parses to a record's serial is that record's id, character for character.
+  ValueRecord* find_issued_here(const ResidencyHandle& handle) {
+    const std::uint64_t serial = handle_serial(handle.handle_id);
+    if (serial == 0 || serial > index_by_serial_.size()) return nullptr;
+    const std::size_t slot = index_by_serial_[serial - 1];
+    if (slot == 0) return nullptr;
+    ValueRecord& record = record_at(slot - 1);
+    FHELIUM_CHECK(record.serial == serial, "a record is indexed under another serial");
+    return same_text(record.spec.value_type, handle.value_type) ? &record : nullptr;
+  }
+  // The ResidencyHandleError lookup() throws for `handle`: foreign, unknown
+  // or discarded.
+  [[noreturn]] void raise_unresolved(const ResidencyHandle& handle) const;
   ValueRecord& record_at(std::size_t index) { return (*chunks_[index / chunk_records])[index % chunk_records]; }
 
   std::string manager_id_;

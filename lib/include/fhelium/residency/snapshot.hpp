@@ -221,6 +221,16 @@ struct ResidencyTransitionReport {
         allocator_allocated_bytes_after(allocator_allocated_bytes_after),
         allocator_reserved_bytes_after(allocator_reserved_bytes_after),
         reason(std::move(reason)) {}
+  // The manager's own while an action runs: `action_args` construct the
+  // action in place (or copy it); the other fields are filled in once it has.
+  template <class... ActionArgs>
+  ResidencyTransitionReport(TrustedRecordKey, std::in_place_t, ActionArgs&&... action_args)
+      : action(std::forward<ActionArgs>(action_args)...),
+        no_op(false),
+        logical_nbytes(0),
+        storage_nbytes(0),
+        started_at_ns(0),
+        completed_at_ns(0) {}
   friend bool operator==(const ResidencyTransitionReport&, const ResidencyTransitionReport&) = default;
 };
 
