@@ -81,6 +81,29 @@ TEST(Adopt, RejectsWrongLocationMissingDeviceAndAliasedStorage) {
   EXPECT_EQ(snapshot.location(PAGEABLE_HOST)->used_bytes, 32);
 }
 
+// Managed storage is refused before the budget is consulted, and storage the
+// budget refused is not left claimed: it can be adopted once there is room.
+TEST(Adopt, AliasingIsRefusedBeforeTheBudgetAndARefusedChargeClaimsNothing) {
+  auto fixture = make_fixture({{PAGEABLE_HOST, 32}});
+  ResidencyManager& manager = *fixture.manager;
+  const ResidentValue value = make_value(8);  // 32 bytes: the whole budget
+  const ResidencyHandle first = manager.adopt(value);
+  const ResidentValue alias("Blob", {{"data", value.field("data").narrow(0, 0, 4)}});
+  EXPECT_THROW(manager.adopt(alias), ResidencyOwnershipError);
+  const ResidentValue fresh = make_value(8);
+  const std::uint64_t version = manager.state_version();
+  EXPECT_THROW(manager.adopt(fresh), ResidencyBudgetError);
+  EXPECT_EQ(manager.state_version(), version);
+  EXPECT_EQ(manager.snapshot().values.size(), 1u);
+  manager.discard(first);
+  const ResidencyHandle second = manager.adopt(fresh);
+  EXPECT_EQ(resident_at(manager, second), std::vector<ResidencyLocation>{PAGEABLE_HOST});
+  // And the first value's storage is free again too.
+  EXPECT_THROW(manager.adopt(value), ResidencyBudgetError);
+  manager.discard(second);
+  EXPECT_EQ(resident_at(manager, manager.adopt(value)), std::vector<ResidencyLocation>{PAGEABLE_HOST});
+}
+
 TEST(Adopt, AtPinnedOrCudaNeedsAValueThatLivesThere) {
   auto fixture = make_fixture();
   const ResidentValue on_cuda = fixture.runtime->copy_to(make_value(16), CUDA1, std::nullopt);

@@ -149,12 +149,17 @@ void Transitions::load_in(ValueRecord& record, const ResidencyLocation& destinat
   };
   ScopeExit guard(release);
   Loaded loaded = load(record, location);
+  // A load must return fresh storage: one that aliases a managed
+  // materialization would hand another value's bytes to this one, even when
+  // only copied from (the copy itself is fresh). Installed where it was
+  // made, its claim checks that.
   if (location == destination) {
     // The loaded value already lives at the destination: one charge serves both.
     release();
     install(record, destination, std::move(loaded.value), allow_exclusive_transition, &loaded.keys);
     return;
   }
+  values_.check_unaliased(loaded.keys);
   copy_in(record, loaded.value, destination, stream, allow_exclusive_transition);
 }
 
@@ -165,20 +170,23 @@ void Transitions::install(ValueRecord& record, const ResidencyLocation& location
       !allow_exclusive_transition) {
     throw ResidencyOwnershipError("EXCLUSIVE " + value_name(record) + " cannot have simultaneous replicas");
   }
-  // A freshly loaded value was validated and checked for aliasing at this
-  // very location by load(), under the same lock: not twice.
+  // A freshly loaded value was validated at this very location by load(),
+  // under the same lock: not twice.
   StorageKeys computed;
   if (checked_keys == nullptr) {
     validate(record.spec, value, location);
     computed = runtime_.storage_keys(value);
-    values_.check_unaliased(computed);
     checked_keys = &computed;
   }
+  // Claimed first, so that storage already under management is refused
+  // before the budget is consulted; released again if the budget refuses.
+  values_.claim(*checked_keys, record, location);
+  ScopeExit unclaim([&] { values_.unclaim(*checked_keys); });
   ledger_.check_admission(location, record.spec.storage_nbytes);
   register_location(location);
-  values_.claim(*checked_keys, record, location);
   const std::int64_t storage = value.storage_nbytes();
   record.materializations.emplace_back(location, std::move(value), storage, std::move(*checked_keys));
+  unclaim.dismiss();
   ledger_.add_used(location, record.spec.storage_nbytes);
   bump();
 }
@@ -213,11 +221,7 @@ Transitions::Loaded Transitions::load(ValueRecord& record, const ResidencyLocati
   };
   Loaded loaded{run_source(), {}};
   validate(record.spec, loaded.value, location);
-  // A load must return fresh storage: one that aliases a managed
-  // materialization would hand another value's bytes to this one, even when
-  // only copied from (the copy itself is fresh).
   loaded.keys = runtime_.storage_keys(loaded.value);
-  values_.check_unaliased(loaded.keys);
   return loaded;
 }
 

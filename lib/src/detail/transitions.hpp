@@ -45,9 +45,10 @@ class Transitions {
   // Installs `value` as `record`'s materialization at `location`. An
   // EXCLUSIVE value may gain a second one only when
   // `allow_exclusive_transition` (a move, which removes the first next).
-  // `checked_keys`: the value's storage keys when it was already validated and
-  // checked for aliasing at `location` (a load installed where it was made);
-  // they are moved from.
+  // `checked_keys`: the value's storage keys when it was already validated at
+  // `location` (a load installed where it was made); they are moved from.
+  // Storage already under management is refused (ResidencyOwnershipError)
+  // before the budget is consulted.
   void install(ValueRecord& record, const ResidencyLocation& location, ResidentValue&& value,
                bool allow_exclusive_transition, StorageKeys* checked_keys = nullptr);
   // Removes `record`'s materialization at `location`, which exists and is
@@ -60,7 +61,7 @@ class Transitions {
   // Throws ResidencyInUseError naming the protection counts when `item` is protected.
   static void require_removable(const ValueRecord& record, const Materialization& item);
 
-  // A freshly loaded value and its storage keys, checked unaliased.
+  // A freshly loaded value, validated where it was made, and its storage keys.
   struct Loaded {
     ResidentValue value;
     StorageKeys keys;
@@ -79,7 +80,7 @@ class Transitions {
   void load_in(ValueRecord& record, const ResidencyLocation& destination, const std::optional<c10::Stream>& stream,
                bool allow_exclusive_transition);
   // Runs the source with the gate's loading flag set, then validates what it
-  // returned at `location` and checks its storage unaliased.
+  // returned at `location`.
   Loaded load(ValueRecord& record, const ResidencyLocation& location);
   void validate(const ResidencyValueSpec& spec, const ResidentValue& value, const ResidencyLocation& location) const;
   void bump() { ++version_; }

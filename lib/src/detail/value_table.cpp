@@ -66,19 +66,22 @@ void ValueTable::raise_unresolved(const ResidencyHandle& handle) const {
 
 void ValueTable::check_unaliased(std::span<const StorageKey> keys) const {
   for (const auto& key : keys) {
-    if (const StorageIndex::Owner* owner = storage_owners_.find(key)) {
-      throw ResidencyOwnershipError("managed materializations must own independent backing storage; storage on " +
-                                    key.device.str() + " is already owned by value '" +
-                                    id_of(*owner->record) + "' at " + owner->location.name());
-    }
+    if (const StorageIndex::Owner* owner = storage_owners_.find(key)) raise_aliased(key, *owner);
   }
+}
+
+void ValueTable::raise_aliased(const StorageKey& key, const StorageIndex::Owner& owner) {
+  throw ResidencyOwnershipError("managed materializations must own independent backing storage; storage on " +
+                                key.device.str() + " is already owned by value '" + id_of(*owner.record) + "' at " +
+                                owner.location.name());
 }
 
 void ValueTable::claim(std::span<const StorageKey> keys, const ValueRecord& owner,
                        const ResidencyLocation& location) {
-  for (const auto& key : keys) {
-    const bool inserted = storage_owners_.insert(key, StorageIndex::Owner{&owner, location});
-    FHELIUM_CHECK(inserted, "storage claimed twice");
+  for (std::size_t index = 0; index < keys.size(); ++index) {
+    if (storage_owners_.insert(keys[index], StorageIndex::Owner{&owner, location})) [[likely]] continue;
+    unclaim(keys.first(index));
+    raise_aliased(keys[index], *storage_owners_.find(keys[index]));
   }
 }
 

@@ -113,7 +113,9 @@ class ValueTable {
 
   // Throws ResidencyOwnershipError naming the owner when a key is already managed.
   void check_unaliased(std::span<const StorageKey> keys) const;
-  // `owner` is a record of this table.
+  // Records `owner` (a record of this table) at `location` as the owner of
+  // each key; throws ResidencyOwnershipError naming the owner when a key is
+  // already managed, and then claims none of them.
   void claim(std::span<const StorageKey> keys, const ValueRecord& owner, const ResidencyLocation& location);
   void unclaim(std::span<const StorageKey> keys);
 
@@ -136,6 +138,8 @@ class ValueTable {
     FHELIUM_CHECK(record.serial == serial, "a record is indexed under another serial");
     return same_text(record.spec.value_type, handle.value_type) ? &record : nullptr;
   }
+  // The ResidencyOwnershipError for `key`, owned by `owner`.
+  [[noreturn]] static void raise_aliased(const StorageKey& key, const StorageIndex::Owner& owner);
   // The ResidencyHandleError lookup() throws for `handle`: foreign, unknown
   // or discarded.
   [[noreturn]] void raise_unresolved(const ResidencyHandle& handle) const;
