@@ -8,17 +8,6 @@
 
 namespace fhelium::residency::detail {
 
-Materialization* ValueRecord::at(const ResidencyLocation& location) {
-  for (auto& item : materializations) {
-    if (item.location == location) return &item;
-  }
-  return nullptr;
-}
-
-const Materialization* ValueRecord::at(const ResidencyLocation& location) const {
-  return const_cast<ValueRecord*>(this)->at(location);
-}
-
 ValueRecord& ValueTable::add(ResidencyValueSpec spec, std::shared_ptr<ResidencySource> source,
                              std::optional<ResidencyLocation> source_location) {
   if (size_ % chunk_records == 0 && size_ / chunk_records == chunks_.size()) {

@@ -65,8 +65,17 @@ struct ValueRecord {
   // Lifetimes that outlive the record keep their share.
   std::shared_ptr<const std::vector<ResidencyHandle>> handle_list;
 
-  Materialization* at(const ResidencyLocation& location);
-  const Materialization* at(const ResidencyLocation& location) const;
+  // The materialization at `location`, or nullptr. Inline: most records
+  // have one, and every transition and lifetime asks.
+  Materialization* at(const ResidencyLocation& location) {
+    for (auto& item : materializations) {
+      if (item.location == location) return &item;
+    }
+    return nullptr;
+  }
+  const Materialization* at(const ResidencyLocation& location) const {
+    return const_cast<ValueRecord*>(this)->at(location);
+  }
 };
 
 class ValueTable {
