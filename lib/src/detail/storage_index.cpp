@@ -4,34 +4,35 @@
 
 namespace fhelium::residency::detail {
 
-std::size_t StorageIndex::home(const StorageKey& key) const noexcept {
-  // Storage addresses are aligned: mix every bit into the top ones, which
-  // the mask then keeps after the shift.
+std::uint32_t StorageIndex::mix(const StorageKey& key) noexcept {
+  // Storage addresses are aligned: mix every bit into the top ones and keep
+  // those.
   std::uint64_t mixed = static_cast<std::uint64_t>(key.address) ^
                         (static_cast<std::uint64_t>(static_cast<std::uint8_t>(key.device.type())) << 56) ^
                         (static_cast<std::uint64_t>(static_cast<std::uint8_t>(key.device.index())) << 48);
   mixed *= 0x9E3779B97F4A7C15ull;
-  return static_cast<std::size_t>(mixed >> 32) & (slots_.size() - 1);
+  return static_cast<std::uint32_t>(mixed >> 32);
 }
 
-std::size_t StorageIndex::probe(const StorageKey& key) const noexcept {
+std::size_t StorageIndex::probe(const StorageKey& key, std::uint32_t hash) const noexcept {
   const std::size_t mask = slots_.size() - 1;
-  std::size_t slot = home(key);
-  while (slots_[slot].used && !(slots_[slot].key == key)) slot = (slot + 1) & mask;
+  std::size_t slot = hash & mask;
+  while (slots_[slot].used && !(slots_[slot].hash == hash && slots_[slot].key == key)) slot = (slot + 1) & mask;
   return slot;
 }
 
 const StorageIndex::Owner* StorageIndex::find(const StorageKey& key) const noexcept {
   if (size_ == 0) return nullptr;
-  const Slot& slot = slots_[probe(key)];
+  const Slot& slot = slots_[probe(key, mix(key))];
   return slot.used ? &slot.owner : nullptr;
 }
 
 bool StorageIndex::insert(const StorageKey& key, Owner owner) {
   if ((size_ + 1) * 2 > slots_.size()) grow();
-  Slot& slot = slots_[probe(key)];
+  const std::uint32_t hash = mix(key);
+  Slot& slot = slots_[probe(key, hash)];
   if (slot.used) return false;
-  slot = Slot{key, owner, true};
+  slot = Slot{key, owner, hash, true};
   ++size_;
   return true;
 }
@@ -39,14 +40,14 @@ bool StorageIndex::insert(const StorageKey& key, Owner owner) {
 bool StorageIndex::erase(const StorageKey& key) noexcept {
   if (size_ == 0) return false;
   const std::size_t mask = slots_.size() - 1;
-  std::size_t hole = probe(key);
+  std::size_t hole = probe(key, mix(key));
   if (!slots_[hole].used) return false;
   slots_[hole].used = false;
   --size_;
   // Backward shift: move later entries of the run into the hole when their
   // home does not lie cyclically in (hole, current].
   for (std::size_t next = (hole + 1) & mask; slots_[next].used; next = (next + 1) & mask) {
-    const std::size_t wanted = home(slots_[next].key);
+    const std::size_t wanted = slots_[next].hash & mask;
     const bool stays = hole <= next ? (hole < wanted && wanted <= next) : (hole < wanted || wanted <= next);
     if (stays) continue;
     slots_[hole] = slots_[next];
@@ -63,10 +64,14 @@ void StorageIndex::clear() noexcept {
 
 void StorageIndex::grow() {
   std::vector<Slot> old = std::exchange(slots_, std::vector<Slot>(slots_.empty() ? 64 : slots_.size() * 2));
+  const std::size_t mask = slots_.size() - 1;
   size_ = 0;
   for (const Slot& slot : old) {
     if (!slot.used) continue;
-    slots_[probe(slot.key)] = slot;
+    // Every key in the table is distinct: the first free slot from its home.
+    std::size_t at = slot.hash & mask;
+    while (slots_[at].used) at = (at + 1) & mask;
+    slots_[at] = slot;
     ++size_;
   }
 }

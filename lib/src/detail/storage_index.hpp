@@ -37,12 +37,13 @@ class StorageIndex {
   struct Slot {
     StorageKey key;
     Owner owner;
+    std::uint32_t hash = 0;  // mix(key): the slot's home is hash & mask, kept so moves need no rehash
     bool used = false;
   };
 
-  std::size_t home(const StorageKey& key) const noexcept;
-  // The slot holding `key`, or the empty slot where it would go.
-  std::size_t probe(const StorageKey& key) const noexcept;
+  static std::uint32_t mix(const StorageKey& key) noexcept;
+  // The slot holding `key` (whose mix is `hash`), or the empty slot where it would go.
+  std::size_t probe(const StorageKey& key, std::uint32_t hash) const noexcept;
   void grow();
 
   std::vector<Slot> slots_;  // size 0 or a power of two
