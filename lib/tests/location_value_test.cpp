@@ -3,6 +3,7 @@
 #include <ATen/ops/zeros.h>
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <unordered_set>
 
 #include "support.hpp"
@@ -82,6 +83,45 @@ TEST(ResidentValue, RejectsMalformedBundles) {
   EXPECT_THROW(ResidentValue("T", {{"a", tensor}}, {{"k", std::int64_t{1}}, {"k", 2.0}}), std::invalid_argument);
   EXPECT_THROW(make_value(4).field("missing"), std::out_of_range);
   EXPECT_THROW(make_value(4).with_tensors({}), std::invalid_argument);
+}
+
+// Duplicates are found whether a value has a few names or many, and the
+// first problem in field order is the one reported.
+TEST(ResidentValue, NamesTheFirstDuplicateAmongFewOrManyNames) {
+  const auto message_of = [](const std::function<void()>& build) -> std::string {
+    try {
+      build();
+    } catch (const std::invalid_argument& error) {
+      return error.what();
+    }
+    return "no error";
+  };
+  for (const int count : {3, 40}) {
+    std::vector<ResidentValue::Field> fields;
+    std::vector<ResidentValue::Attribute> attributes;
+    for (int index = 0; index < count; ++index) {
+      fields.emplace_back("f" + std::to_string(index), at::zeros({1}));
+      attributes.emplace_back("a" + std::to_string(index), std::int64_t{index});
+    }
+    EXPECT_EQ(ResidentValue("T", fields, attributes).fields().size(), static_cast<std::size_t>(count));
+    auto repeated_fields = fields;
+    repeated_fields.back().first = "f1";
+    EXPECT_EQ(message_of([&] { ResidentValue("T", repeated_fields, attributes); }),
+              "ResidentValue has duplicate field 'f1'")
+        << count;
+    auto repeated_attributes = attributes;
+    repeated_attributes.back().first = "a0";
+    EXPECT_EQ(message_of([&] { ResidentValue("T", fields, repeated_attributes); }),
+              "ResidentValue has duplicate attribute 'a0'")
+        << count;
+    auto empty_then_repeated = repeated_fields;
+    empty_then_repeated[2].first.clear();
+    EXPECT_EQ(message_of([&] { ResidentValue("T", empty_then_repeated, attributes); }),
+              "ResidentValue field name must be non-empty")
+        << count;
+  }
+  EXPECT_EQ(message_of([] { ResidentValue("T", {{"a", at::Tensor()}, {"a", at::zeros({1})}}); }),
+            "ResidentValue field 'a' holds no tensor");
 }
 
 TEST(ValueSpec, ValidatesBytesAndType) {
