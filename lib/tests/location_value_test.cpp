@@ -72,6 +72,21 @@ TEST(ResidentValue, CountsLogicalAndUniqueStorageBytes) {
   EXPECT_EQ(views.logical_nbytes(), 2 * 16 * 4);
   EXPECT_EQ(views.storage_nbytes(), 64 * 4);
   EXPECT_EQ(views.storage_keys().size(), 1u);
+
+  // Past the short-list limit too: 40 fields viewing two storages, in turn.
+  const at::Tensor first = at::zeros({80});
+  const at::Tensor second = at::zeros({40});
+  std::vector<ResidentValue::Field> many;
+  for (int index = 0; index < 40; ++index) {
+    const at::Tensor& base = index % 2 == 0 ? first : second;
+    many.emplace_back("v" + std::to_string(index), base.narrow(0, index / 2, 1));
+  }
+  const ResidentValue shared("Blob", std::move(many));
+  EXPECT_EQ(shared.logical_nbytes(), 40 * 4);
+  EXPECT_EQ(shared.storage_nbytes(), (80 + 40) * 4);
+  ASSERT_EQ(shared.storage_keys().size(), 2u);
+  EXPECT_EQ(shared.storage_keys()[0].address,
+            reinterpret_cast<std::uintptr_t>(first.storage().unsafeGetStorageImpl()));
 }
 
 TEST(ResidentValue, RejectsMalformedBundles) {
@@ -114,8 +129,10 @@ TEST(ResidentValue, NamesTheFirstDuplicateAmongFewOrManyNames) {
     EXPECT_EQ(message_of([&] { ResidentValue("T", fields, repeated_attributes); }),
               "ResidentValue has duplicate attribute 'a0'")
         << count;
-    auto empty_then_repeated = repeated_fields;
-    empty_then_repeated[2].first.clear();
+    // An empty name before the repeat is the first problem.
+    auto empty_then_repeated = fields;
+    empty_then_repeated[1].first.clear();
+    empty_then_repeated.back().first = "f0";
     EXPECT_EQ(message_of([&] { ResidentValue("T", empty_then_repeated, attributes); }),
               "ResidentValue field name must be non-empty")
         << count;

@@ -6,9 +6,9 @@
 #include <memory>
 #include <stdexcept>
 #include <thread>
-#include <unordered_set>
 
 #include "detail/check.hpp"
+#include "detail/first_seen.hpp"
 #include "detail/manager_core.hpp"
 #include "detail/scope_exit.hpp"
 #include "fhelium/residency/errors.hpp"
@@ -28,20 +28,18 @@ HandleList unique_handles(const std::vector<ResidencyHandle>& handles, const cha
   }
   if (handles.empty()) throw std::invalid_argument(std::string(what) + " needs at least one handle");
   for (const auto& handle : handles) validate_handle(handle);
-  // As in the reference, repeats collapse onto the first occurrence. Most
-  // requests are small, where a pairwise scan beats hashing strings.
-  constexpr std::size_t scan_limit = 32;
+  // As in the reference, repeats collapse onto the first occurrence.
+  struct Hash {
+    std::size_t operator()(const ResidencyHandle* handle) const noexcept { return std::hash<ResidencyHandle>{}(*handle); }
+  };
+  struct Equal {
+    bool operator()(const ResidencyHandle* a, const ResidencyHandle* b) const noexcept { return *a == *b; }
+  };
+  FirstSeen<const ResidencyHandle*, Hash, Equal> seen(handles.size());
   std::vector<ResidencyHandle> unique;
   unique.reserve(handles.size());
-  if (handles.size() <= scan_limit) {
-    for (const auto& handle : handles) {
-      if (std::find(unique.begin(), unique.end(), handle) == unique.end()) unique.push_back(handle);
-    }
-  } else {
-    std::unordered_set<ResidencyHandle> seen;
-    for (const auto& handle : handles) {
-      if (seen.insert(handle).second) unique.push_back(handle);
-    }
+  for (const auto& handle : handles) {
+    if (seen.insert(&handle)) unique.push_back(handle);
   }
   return HandleList(std::make_shared<const std::vector<ResidencyHandle>>(std::move(unique)));
 }

@@ -140,14 +140,7 @@ void Transitions::load_in(ValueRecord& record, const ResidencyLocation& destinat
   const std::int64_t charge = record.spec.storage_nbytes;
   ledger_.check_admission(location, charge);
   ledger_.add_reserved(location, charge);
-  bool charged = true;
-  const auto release = [&] {
-    if (charged) {
-      charged = false;
-      ledger_.remove_reserved(location, charge);
-    }
-  };
-  ScopeExit guard(release);
+  ScopeExit release([&] { ledger_.remove_reserved(location, charge); });
   Loaded loaded = load(record, location);
   // A load must return fresh storage: one that aliases a managed
   // materialization would hand another value's bytes to this one, even when
@@ -155,7 +148,8 @@ void Transitions::load_in(ValueRecord& record, const ResidencyLocation& destinat
   // made, its claim checks that.
   if (location == destination) {
     // The loaded value already lives at the destination: one charge serves both.
-    release();
+    release.dismiss();
+    ledger_.remove_reserved(location, charge);
     install(record, destination, std::move(loaded.value), allow_exclusive_transition, &loaded.keys);
     return;
   }
