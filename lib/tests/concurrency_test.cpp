@@ -335,5 +335,132 @@ TEST(Concurrency, RandomOperationsKeepSnapshotsConsistent) {
   EXPECT_EQ(final_state.location(CUDA0)->reserved_bytes, 0);
 }
 
+// Host leases of one value, once the value has been leased before, are taken
+// and released alongside other threads' (in lanes of the manager's state
+// gate). Each must still count exactly: in the state version, in the values'
+// lease counts, and in what close() finds.
+TEST(Lanes, LeasesTakenOnManyThreadsCountExactlyInVersionsLeaseCountsAndClose) {
+  auto fixture = make_fixture();
+  ResidencyManager& manager = *fixture.manager;
+  std::vector<ResidencyHandle> handles;
+  for (int i = 0; i < 8; ++i) handles.push_back(manager.adopt(make_value(16, static_cast<float>(i))));
+  for (const auto& handle : handles) manager.acquire({handle}, PAGEABLE_HOST).release();
+  const std::uint64_t before = manager.state_version();
+  constexpr int workers = 4, rounds = 3000;
+  std::vector<std::optional<ResidencyLease>> kept(workers);
+  std::atomic<int> wrong_contents{0};
+  std::vector<std::thread> threads;
+  for (int worker = 0; worker < workers; ++worker) {
+    threads.emplace_back([&, worker] {
+      for (int round = 0; round < rounds; ++round) {
+        // Mostly the thread's own value, sometimes one another thread is leasing.
+        const std::size_t index = static_cast<std::size_t>(round % 8 == 0 ? (worker + round / 8) % 8 : worker);
+        ResidencyLease lease = manager.acquire({handles[index]}, PAGEABLE_HOST);
+        if (round % 16 == 0 && !same_contents(lease.value(handles[index]), make_value(16, static_cast<float>(index)))) {
+          wrong_contents.fetch_add(1);
+        }
+        lease.release();
+      }
+      kept[static_cast<std::size_t>(worker)].emplace(manager.acquire({handles[static_cast<std::size_t>(worker)]},
+                                                                     PAGEABLE_HOST));
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(wrong_contents.load(), 0);
+  EXPECT_EQ(manager.state_version(), before + 2 * workers * rounds + workers);
+  const ResidencySnapshot snapshot = manager.snapshot();
+  for (std::size_t index = 0; index < handles.size(); ++index) {
+    const auto* value = snapshot.value(handles[index]);
+    ASSERT_NE(value, nullptr);
+    ASSERT_NE(value->at(PAGEABLE_HOST), nullptr);
+    EXPECT_EQ(value->at(PAGEABLE_HOST)->use_count, index < workers ? 1 : 0) << index;
+  }
+  try {
+    manager.close();
+    ADD_FAILURE() << "closed with four active leases";
+  } catch (const ResidencyInUseError& error) {
+    EXPECT_NE(std::string(error.what()).find("active_leases=4, pending_leases=0"), std::string::npos) << error.what();
+  }
+  for (auto& lease : kept) {
+    EXPECT_TRUE(same_contents(lease->value(lease->handles().front()),
+                              make_value(16, static_cast<float>(&lease - kept.data()))));
+    lease->release();
+    EXPECT_FALSE(lease->active());
+  }
+  EXPECT_EQ(manager.state_version(), before + 2 * workers * rounds + 2 * workers);
+  manager.close();
+  EXPECT_TRUE(manager.closed());
+}
+
+// A drop racing host leases on other threads either sees a lease (and is
+// refused) or removes the materialization before the next lease looks (which
+// then finds the value not resident there): a lease never reads a value that
+// was dropped under it.
+TEST(Lanes, ADropRacingLeasesNeverRemovesALeasedMaterialization) {
+  auto fixture = make_fixture();
+  ResidencyManager& manager = *fixture.manager;
+  std::vector<ResidencyHandle> handles;
+  for (int i = 0; i < 3; ++i) {
+    handles.push_back(manager.adopt(make_value(16, static_cast<float>(i)), std::nullopt, ReplicaMode::replicable));
+    manager.ensure(handles.back(), PINNED_HOST);  // a second replica, so the pageable one may go
+    manager.acquire({handles.back()}, PAGEABLE_HOST).release();
+  }
+  std::atomic<bool> stop{false};
+  std::atomic<int> leased{0}, unavailable{0}, wrong_contents{0};
+  std::vector<std::thread> threads;
+  for (int worker = 0; worker < 3; ++worker) {
+    threads.emplace_back([&, worker] {
+      const auto index = static_cast<std::size_t>(worker);
+      while (!stop.load()) {
+        try {
+          ResidencyLease lease = manager.acquire({handles[index]}, PAGEABLE_HOST);
+          if (!same_contents(lease.value(handles[index]), make_value(16, static_cast<float>(worker)))) {
+            wrong_contents.fetch_add(1);
+          }
+          lease.release();
+          leased.fetch_add(1);
+        } catch (const ResidencyUnavailableError&) {
+          unavailable.fetch_add(1);  // dropped just now
+        }
+      }
+    });
+  }
+  int dropped = 0, refused = 0;
+  for (int round = 0; round < 3000; ++round) {
+    const ResidencyHandle& handle = handles[static_cast<std::size_t>(round) % handles.size()];
+    try {
+      manager.drop(handle, PAGEABLE_HOST);
+      ++dropped;
+    } catch (const ResidencyInUseError&) {
+      ++refused;  // leased at that moment
+    }
+    manager.ensure(handle, PAGEABLE_HOST);
+  }
+  stop.store(true);
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(wrong_contents.load(), 0);
+  EXPECT_EQ(dropped + refused, 3000);
+  EXPECT_GT(leased.load(), 0);
+  const ResidencySnapshot snapshot = manager.snapshot();
+  for (const auto& handle : handles) EXPECT_EQ(snapshot.value(handle)->at(PAGEABLE_HOST)->use_count, 0);
+}
+
+// A host lease taken alongside other threads keeps a destroyed manager's
+// core alive until it is released, like any other lifetime.
+TEST(Lanes, ALeaseOutlivingItsManagerKeepsTheCoreUntilReleased) {
+  auto fixture = make_fixture();
+  const ResidencyHandle handle = fixture.manager->adopt(make_value(4));
+  fixture.manager->acquire({handle}, PAGEABLE_HOST).release();
+  std::optional<ResidencyLease> lease = fixture.manager->acquire({handle}, PAGEABLE_HOST);
+  std::optional<ResidencyLease> second = fixture.manager->acquire({handle}, PAGEABLE_HOST);
+  fixture.manager.reset();
+  EXPECT_EQ(fixture.runtime.use_count(), 2);  // the test's and the core's
+  EXPECT_TRUE(same_contents(lease->value(handle), make_value(4)));
+  lease->release();
+  EXPECT_EQ(fixture.runtime.use_count(), 2);  // `second` still pins the core
+  second.reset();  // abandoned: released by its destructor
+  EXPECT_EQ(fixture.runtime.use_count(), 1);
+}
+
 }  // namespace
 }  // namespace fhelium::residency

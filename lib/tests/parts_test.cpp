@@ -8,8 +8,12 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <functional>
+#include <future>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <random>
 #include <set>
 #include <stdexcept>
@@ -265,6 +269,166 @@ TEST(StateGate, SleepingWaitersAllGetInWhenHoldersStayLongEnoughToPutThemToSleep
     ++entries;
   }));
   EXPECT_EQ(entries, 4 * 25);
+}
+
+TEST(StateGate, LanesRunTogetherAHolderWaitsForThemAndRefusesNewOnes) {
+  StateGate gate(signals_only);
+  ASSERT_TRUE(gate.enter_lane(0));
+  ASSERT_TRUE(gate.enter_lane(5));  // lanes run at once
+  EXPECT_FALSE(gate.enter_lane(0));  // but each holds one call
+  std::atomic<bool> entered{false};
+  std::uint32_t used = 0;
+  std::thread holder([&] {
+    ASSERT_EQ(gate.enter(), StateGate::Entry::entered);
+    entered = true;
+    used = gate.take_used_lanes();
+    EXPECT_EQ(gate.take_used_lanes(), 0u);  // taken once
+    EXPECT_FALSE(gate.enter_lane(3));  // no lane while the gate is held...
+    EXPECT_EQ(gate.enter_own_lane(), StateGate::lane_count);
+    gate.leave();
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  EXPECT_FALSE(entered.load());  // waits for both lanes
+  gate.leave_lane(0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  EXPECT_FALSE(entered.load());
+  gate.leave_lane(5);
+  holder.join();
+  EXPECT_TRUE(entered.load());
+  EXPECT_EQ(used, (1u << 0) | (1u << 5));
+  ASSERT_TRUE(gate.enter_lane(3));  // ...and again once it is left
+  gate.leave_lane(3);
+  // A lane refused because the gate is held leaves no trace of use.
+  ASSERT_EQ(gate.enter(), StateGate::Entry::entered);
+  EXPECT_EQ(gate.take_used_lanes(), 1u << 3);
+  EXPECT_FALSE(gate.enter_lane(6));
+  gate.set_loading(true);
+  EXPECT_FALSE(gate.enter_lane(6));  // nor during a holder's load
+  gate.set_loading(false);
+  gate.leave();
+  ASSERT_EQ(gate.enter(), StateGate::Entry::entered);
+  EXPECT_EQ(gate.take_used_lanes(), 0u);
+  gate.leave();
+}
+
+TEST(StateGate, LanesAndHoldersNeverOverlapUnderContention) {
+  StateGate gate;
+  // Each lane's counter is guarded by its lane, the total by the gate; the
+  // holder reads every lane's (TSan checks all of this).
+  std::int64_t per_lane[StateGate::lane_count] = {};
+  std::int64_t folded = 0, lane_calls = 0;
+  std::atomic<int> in_lanes{0};
+  std::atomic<bool> holding{false}, overlapped{false};
+  std::atomic<std::int64_t> refused{0};
+  constexpr int rounds = 20000;
+  std::vector<std::thread> threads;
+  for (int thread = 0; thread < 3; ++thread) {
+    threads.emplace_back([&] {
+      for (int round = 0; round < rounds;) {
+        const unsigned lane = gate.enter_own_lane();
+        if (lane == StateGate::lane_count) {
+          refused.fetch_add(1);
+          std::this_thread::yield();
+          continue;
+        }
+        in_lanes.fetch_add(1);
+        if (holding.load()) overlapped = true;
+        ++per_lane[lane];
+        in_lanes.fetch_sub(1);
+        gate.leave_lane(lane);
+        ++round;
+      }
+    });
+  }
+  threads.emplace_back([&] {
+    for (int round = 0; round < 2000; ++round) {
+      ASSERT_EQ(gate.enter(), StateGate::Entry::entered);
+      holding = true;
+      if (in_lanes.load() != 0) overlapped = true;
+      const std::uint32_t used = gate.take_used_lanes();
+      for (unsigned lane = 0; lane < StateGate::lane_count; ++lane) {
+        if ((used & (1u << lane)) == 0) continue;
+        folded += std::exchange(per_lane[lane], 0);
+      }
+      holding = false;
+      gate.leave();
+    }
+  });
+  for (auto& thread : threads) thread.join();
+  EXPECT_FALSE(overlapped.load());
+  ASSERT_EQ(gate.enter(), StateGate::Entry::entered);
+  const std::uint32_t used = gate.take_used_lanes();
+  for (unsigned lane = 0; lane < StateGate::lane_count; ++lane) {
+    if ((used & (1u << lane)) != 0) folded += std::exchange(per_lane[lane], 0);
+    lane_calls += per_lane[lane];  // left behind by a lane the holder never saw used: none
+  }
+  gate.leave();
+  EXPECT_EQ(lane_calls, 0);
+  EXPECT_EQ(folded, 3 * rounds);  // every lane call seen by exactly one fold
+}
+
+TEST(StateGate, ThreadsThatMeetInALaneMoveToLanesOfTheirOwn) {
+  StateGate gate;
+  std::mutex mutex;
+  std::condition_variable changed;
+  int turn = 0;  // even: the first thread's turn, odd: the second's
+  constexpr int turns = 40;
+  std::vector<unsigned> lanes[2];
+  const auto take_turns = [&](int self) {
+    for (int round = 0; round < turns; ++round) {
+      std::unique_lock lock(mutex);
+      changed.wait(lock, [&] { return turn % 2 == self; });
+      const unsigned entered = gate.enter_own_lane();
+      lanes[self].push_back(entered);
+      if (entered != StateGate::lane_count) gate.leave_lane(entered);
+      ++turn;
+      changed.notify_all();
+    }
+  };
+  // The lane the calling thread is in, seen on a gate of its own (all lanes free).
+  const auto current_lane = [] {
+    StateGate fresh;
+    const unsigned lane = fresh.enter_own_lane();
+    fresh.leave_lane(lane);
+    return lane;
+  };
+  std::promise<unsigned> first_lane;
+  std::thread first([&] {
+    first_lane.set_value(current_lane());
+    take_turns(0);
+  });
+  const unsigned shared_lane = first_lane.get_future().get();
+  // Threads start in lanes in the order they first ask: within a few new
+  // threads one starts in the first one's lane, and takes turns with it.
+  std::thread second;
+  for (int attempt = 0; attempt < 8 * static_cast<int>(StateGate::lane_count) && !second.joinable(); ++attempt) {
+    std::promise<unsigned> lane;
+    std::promise<bool> chosen;
+    std::future<unsigned> lane_seen = lane.get_future();
+    std::thread candidate([&, lane = std::move(lane), decision = chosen.get_future()]() mutable {
+      lane.set_value(current_lane());
+      if (decision.get()) take_turns(1);
+    });
+    const bool same = lane_seen.get() == shared_lane;
+    chosen.set_value(same);
+    if (same) {
+      second = std::move(candidate);
+    } else {
+      candidate.join();
+    }
+  }
+  ASSERT_TRUE(second.joinable()) << "no new thread started in lane " << shared_lane;
+  first.join();
+  second.join();
+  ASSERT_EQ(lanes[0].size(), static_cast<std::size_t>(turns));
+  ASSERT_EQ(lanes[1].size(), static_cast<std::size_t>(turns));
+  EXPECT_EQ(lanes[0].front(), shared_lane);
+  EXPECT_EQ(lanes[1].front(), shared_lane);  // they met
+  for (std::size_t round = turns - 10; round < turns; ++round) {
+    EXPECT_NE(lanes[0][round], lanes[1][round]) << round;  // and parted
+    EXPECT_EQ(lanes[0][round], lanes[0].back()) << round;  // for good
+    EXPECT_EQ(lanes[1][round], lanes[1].back()) << round;
+  }
 }
 
 ResidencyValueSpec blob_spec() {
@@ -826,7 +990,7 @@ TEST(LifetimeTable, APendingLeaseWithoutEventsIsNeverReapedAndSynchronizingFinis
   EXPECT_EQ(fixture.counts(fixture.first, CUDA0), (std::vector<std::int64_t>{0, 0, 1}));
   EXPECT_EQ(table.active_lease_count(), 0u);
   EXPECT_EQ(table.pending_lease_count(), 1u);
-  EXPECT_EQ(table.leases().size(), 1u);
+  EXPECT_EQ(table.lease_count(), 1u);
   table.clear();
   EXPECT_EQ(table.pending_lease_count(), 0u);
 }

@@ -2,6 +2,7 @@
 // table (lifetime_table.hpp) grants or releases the counts, and the manager
 // charges the ledger, bumps the state version and writes diagnostics.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <stdexcept>
@@ -66,8 +67,36 @@ ManagerCore::Covered ManagerCore::cover_locked(const std::vector<ResidencyHandle
   return covered;
 }
 
+std::optional<LifetimeGrant> ManagerCore::acquire_in_lane(const ResidencyHandle& handle, const ResidencyLocation& at) {
+  const unsigned lane = gate_.enter_own_lane();
+  if (lane == StateGate::lane_count) return std::nullopt;
+  ScopeExit leave([&] { gate_.leave_lane(lane); });
+  // Written under the gate only, so stable here. The first pin and a
+  // value's first handle list are written by the call under the gate.
+  if (closed_ || orphaned_ || !self_pin_ || lifetimes_.pending_lease_count() != 0) return std::nullopt;
+  ValueRecord* record = values_.find_live(handle);
+  if (record == nullptr || !record->handle_list) return std::nullopt;
+  Materialization* item = record->at(at);
+  if (item == nullptr) return std::nullopt;
+  const std::uint64_t token = lifetimes_.grant_lane_lease(lane, *record, *item, at);
+  return LifetimeGrant{token, HandleList(record->handle_list)};
+}
+
+bool ManagerCore::release_in_lane(LifetimeToken& lifetime) noexcept {
+  const unsigned lane = LifetimeTable::lane_of(lifetime.token());
+  if (lane == StateGate::lane_count || !gate_.enter_lane(lane)) return false;
+  ScopeExit leave([&] { gate_.leave_lane(lane); });
+  // A disowned core may be dropping its last pin: the gate settles that.
+  if (orphaned_ || !lifetimes_.end_lane_lease(lane, lifetime.token())) return false;
+  lifetime.deactivate();  // its pin went with the lease (folded at the next entry)
+  return true;
+}
+
 LifetimeGrant ManagerCore::acquire(const std::vector<ResidencyHandle>& handles, const ResidencyLocation& at,
                                    const std::optional<c10::Stream>& consumer_stream) {
+  if (handles.size() == 1 && !consumer_stream && at.is_host()) {
+    if (std::optional<LifetimeGrant> grant = acquire_in_lane(handles.front(), at)) return std::move(*grant);
+  }
   HandleList unique = unique_handles(handles, "acquire");
   StateAccess access(*this);
   require_open_locked();
@@ -141,7 +170,21 @@ void ManagerCore::release_hold(LifetimeToken& lifetime, std::shared_ptr<ManagerC
   if (lifetimes_.release_hold(lifetime.token())) bump_locked();
 }
 
+std::optional<ResidentValue> ManagerCore::leased_value_in_lane(std::uint64_t token, const ResidencyHandle& handle) {
+  const unsigned lane = LifetimeTable::lane_of(token);
+  if (lane == StateGate::lane_count || !gate_.enter_lane(lane)) return std::nullopt;
+  ScopeExit leave([&] { gate_.leave_lane(lane); });
+  const LeaseRecord* lease = closed_ ? nullptr : lifetimes_.lane_lease(lane, token);
+  if (lease == nullptr || lease->records.front() != values_.find(handle)) return std::nullopt;  // errors: the gate's
+  Materialization* item = lease->records.front()->at(lease->location);
+  // Other lanes may be counting their leases of the same value.
+  FHELIUM_CHECK(item != nullptr && std::atomic_ref<std::int64_t>(item->use_count).load(std::memory_order_relaxed) > 0,
+                "leased materialization is not in use");
+  return item->value;
+}
+
 ResidentValue ManagerCore::leased_value(std::uint64_t token, const ResidencyHandle& handle) {
+  if (std::optional<ResidentValue> value = leased_value_in_lane(token, handle)) return std::move(*value);
   StateAccess access(*this);
   const LeaseRecord* lease = closed_ ? nullptr : lifetimes_.active_lease(token);
   if (lease == nullptr) {
@@ -174,6 +217,7 @@ void ManagerCore::add_consumer_stream(std::uint64_t token, const c10::Stream& st
 }
 
 void ManagerCore::release_lease(LifetimeToken& lifetime, bool wait, std::shared_ptr<ManagerCore>& last_pin) {
+  if (release_in_lane(lifetime)) return;
   StateAccess access(*this);
   // The borrow ends even when waiting for its events fails.
   ScopeExit end([&] { end_lifetime_locked(lifetime, last_pin); });
@@ -245,6 +289,7 @@ void ManagerCore::abandon_with(std::shared_ptr<ManagerCore>& last_pin, Body body
     } catch (...) {
       return;  // waiting failed: the stray stays for the next call to settle
     }
+    fold_lanes_locked();
     last_pin = settle_pins_locked();
     gate_.leave();
   }
@@ -303,6 +348,7 @@ void ManagerCore::disown() noexcept {
     // the manager's destruction): wait it out.
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
+  fold_lanes_locked();
   orphaned_ = true;
   last_pin = settle_pins_locked();
   gate_.leave();

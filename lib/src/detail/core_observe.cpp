@@ -168,7 +168,7 @@ void ManagerCore::close(bool wait, bool force) {
   } else {
     reap_locked();
   }
-  const std::size_t leases = lifetimes_.leases().size(), active = lifetimes_.active_lease_count();
+  const std::size_t leases = lifetimes_.lease_count(), active = lifetimes_.active_lease_count();
   const std::size_t holds = lifetimes_.holds().size(), reservations = lifetimes_.reservations().size();
   if (!force && !lifetimes_.empty()) {
     throw ResidencyInUseError("residency manager '" + manager_id_ +
@@ -177,8 +177,9 @@ void ManagerCore::close(bool wait, bool force) {
                               ", holds=" + std::to_string(holds) + ", reservations=" + std::to_string(reservations));
   }
   if (force) {
-    // Best effort: let consumer work finish before storage is returned.
-    for (const auto& [token, lease] : lifetimes_.leases()) {
+    // Best effort: let consumer work finish before storage is returned
+    // (leases with streams are granted under the gate).
+    for (const auto& [token, lease] : lifetimes_.gate_leases()) {
       for (const auto& stream : lease.streams) {
         try {
           runtime_->synchronize_stream(stream);

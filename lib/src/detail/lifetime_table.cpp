@@ -1,5 +1,8 @@
 #include "detail/lifetime_table.hpp"
 
+#include <atomic>
+#include <utility>
+
 #include "detail/check.hpp"
 
 namespace fhelium::residency::detail {
@@ -17,7 +20,7 @@ Materialization& covered(ValueRecord* record, const ResidencyLocation& location)
 std::uint64_t LifetimeTable::grant_lease(CoveredRecords&& records, const ResidencyLocation& at,
                                          const std::optional<c10::Stream>& consumer_stream) {
   for (ValueRecord* record : records) covered(record, at).use_count += 1;
-  const std::uint64_t token = next_token_++;
+  const std::uint64_t token = next_gate_token();
   LeaseRecord& lease = leases_.emplace(token, std::move(records), at);
   if (consumer_stream) lease.streams.push_back(*consumer_stream);
   return token;
@@ -25,20 +28,60 @@ std::uint64_t LifetimeTable::grant_lease(CoveredRecords&& records, const Residen
 
 std::uint64_t LifetimeTable::grant_hold(CoveredRecords&& records, const ResidencyLocation& at) {
   for (ValueRecord* record : records) covered(record, at).hold_count += 1;
-  const std::uint64_t token = next_token_++;
+  const std::uint64_t token = next_gate_token();
   holds_.emplace(token, std::move(records), at);
   return token;
 }
 
 std::uint64_t LifetimeTable::add_reservation(const ResidencyLocation& location, std::int64_t nbytes,
                                              const std::string& label) {
-  const std::uint64_t token = next_token_++;
+  const std::uint64_t token = next_gate_token();
   reservations_.emplace(token, location, nbytes, label);
   return token;
 }
 
+std::uint64_t LifetimeTable::grant_lane_lease(unsigned lane, ValueRecord& record, Materialization& item,
+                                             const ResidencyLocation& at) {
+  Lane& own = lanes_[lane];
+  const std::uint64_t token = ((own.last_serial + 1) << tag_bits) | (lane + 1);
+  own.leases.emplace(token, CoveredRecords{&record}, at);  // first: it may throw
+  own.last_serial += 1;
+  // Other lanes may lease the same value at once.
+  std::atomic_ref<std::int64_t>(item.use_count).fetch_add(1, std::memory_order_relaxed);
+  own.versions += 1;
+  own.pins += 1;
+  return token;
+}
+
+bool LifetimeTable::end_lane_lease(unsigned lane, std::uint64_t token) {
+  Lane& own = lanes_[lane];
+  const auto found = own.leases.find(token);
+  if (found == own.leases.end()) return false;
+  const LeaseRecord& lease = found->second;
+  FHELIUM_CHECK(lease.state == LeaseState::active && lease.records.size() == 1 && lease.streams.empty(),
+                "a lane lease that is not an active lease of one value");
+  Materialization& item = covered(lease.records.front(), lease.location);
+  const std::int64_t before =
+      std::atomic_ref<std::int64_t>(item.use_count).fetch_sub(1, std::memory_order_relaxed);
+  FHELIUM_CHECK(before > 0, "lease released on an unused materialization");
+  own.leases.erase(found);
+  own.versions += 1;
+  own.pins -= 1;
+  return true;
+}
+
+LifetimeTable::LaneCounts LifetimeTable::fold_lanes(std::uint32_t used) noexcept {
+  LaneCounts counts;
+  for (unsigned lane = 0; lane < lane_count; ++lane) {
+    if ((used & (1u << lane)) == 0) continue;
+    counts.versions += std::exchange(lanes_[lane].versions, 0);
+    counts.pins += std::exchange(lanes_[lane].pins, 0);
+  }
+  return counts;
+}
+
 LeaseRecord* LifetimeTable::active_lease(std::uint64_t token) {
-  LeaseRecord* lease = leases_.get(token);
+  LeaseRecord* lease = leases_of(token).get(token);
   return lease == nullptr || lease->state != LeaseState::active ? nullptr : lease;
 }
 
@@ -64,7 +107,7 @@ void end_use(LeaseRecord& lease, bool pending) {
 
 void LifetimeTable::end_reads(std::uint64_t token, LeaseRecord& lease) {
   end_use(lease, false);
-  const bool erased = leases_.erase(token);
+  const bool erased = leases_of(token).erase(token);
   FHELIUM_CHECK(erased, "ended a lease that is not in the table");
 }
 
@@ -178,12 +221,20 @@ bool LifetimeTable::still_protects(const Materialization& item, DeviceRuntime& r
 std::size_t LifetimeTable::active_lease_count() const {
   std::size_t active = 0;
   for (const auto& [token, lease] : leases_) active += lease.state == LeaseState::active ? 1 : 0;
+  for (const Lane& lane : lanes_) active += lane.leases.size();  // never pending
   return active;
+}
+
+std::size_t LifetimeTable::lease_count() const {
+  std::size_t count = leases_.size();
+  for (const Lane& lane : lanes_) count += lane.leases.size();
+  return count;
 }
 
 void LifetimeTable::clear() {
   pending_leases_ = 0;
   leases_.clear();
+  for (Lane& lane : lanes_) lane.leases.clear();  // their counts were folded when the gate was entered
   holds_.clear();
   reservations_.clear();
 }

@@ -1,17 +1,28 @@
 // LifetimeTable: the live leases, holds and reservations, and the protection
 // counts they put on materializations.
 //
-// It issues tokens (one sequence for all three kinds, in creation order),
-// grants and releases counts in pairs (each release checks the count it
+// It issues tokens (unique across the three kinds; ascending, in creation
+// order, within each table), grants and releases counts in pairs (each release checks the count it
 // undoes), keeps a released CUDA lease protecting as "pending" until its
 // completion events are known complete, and finishes such leases when they
 // are (reaping). It does not bump the state version, charge the ledger or
 // write diagnostics: the manager does those from what each call returns.
 // Not synchronized: the manager's state gate guards it.
+//
+// Lane leases. Host leases of one value can also be granted and released in
+// a lane of the state gate (state_gate.hpp), concurrently with other lanes.
+// Each lane has a table of its own, touched only from that lane or by the
+// gate's holder, and counts the state versions and lifetime pins its calls
+// took, which the manager folds into its own at the next entry
+// (fold_lanes). A lane lease is an active host lease without streams: it
+// never goes pending, so reaping and pending protection never look at the
+// lanes. Everything else (lookup by token, release under the gate, counts,
+// clear) covers them.
 #pragma once
 
 #include <c10/core/Stream.h>
 
+#include <array>
 #include <cstdint>
 #include <exception>
 #include <functional>
@@ -19,6 +30,7 @@
 #include <string>
 
 #include "detail/lifetime_records.hpp"
+#include "detail/state_gate.hpp"
 #include "detail/token_table.hpp"
 #include "fhelium/residency/runtime.hpp"
 
@@ -32,6 +44,29 @@ class LifetimeTable {
                             const std::optional<c10::Stream>& consumer_stream);
   std::uint64_t grant_hold(CoveredRecords&& records, const ResidencyLocation& at);
   std::uint64_t add_reservation(const ResidencyLocation& location, std::int64_t nbytes, const std::string& label);
+
+  // In lane `lane`: grants a lease on `item`, `record`'s materialization at
+  // the host location `at`, and counts a state version and a pin for it.
+  std::uint64_t grant_lane_lease(unsigned lane, ValueRecord& record, Materialization& item,
+                                 const ResidencyLocation& at);
+  // In lane `lane`: ends lane lease `token` of that lane, and counts a state
+  // version and a dropped pin; false, changing nothing, when it is not there
+  // (cleared by a close).
+  bool end_lane_lease(unsigned lane, std::uint64_t token);
+  // In lane `lane`: its lease `token`, or nullptr.
+  const LeaseRecord* lane_lease(unsigned lane, std::uint64_t token) const { return lanes_[lane].leases.get(token); }
+  // The lane `token` was granted in; lane_count for a token granted under the gate.
+  static unsigned lane_of(std::uint64_t token) noexcept {
+    const auto tag = static_cast<unsigned>(token & tag_mask);
+    return tag == 0 ? lane_count : tag - 1;
+  }
+  // Under the gate: what the lanes in `used` (a bit per lane) counted since
+  // they were last folded; their counts restart from zero.
+  struct LaneCounts {
+    std::uint64_t versions = 0;
+    std::int64_t pins = 0;
+  };
+  LaneCounts fold_lanes(std::uint32_t used) noexcept;
 
   // The live record of `token`, or nullptr once released (or cleared).
   LeaseRecord* active_lease(std::uint64_t token);
@@ -67,24 +102,47 @@ class LifetimeTable {
   // holds, or a pending lease whose events have not all completed.
   bool still_protects(const Materialization& item, DeviceRuntime& runtime) const;
 
-  const TokenTable<LeaseRecord>& leases() const { return leases_; }
+  // The leases granted under the gate (lane leases are never pending and
+  // have no streams), and the number of all leases.
+  const TokenTable<LeaseRecord>& gate_leases() const { return leases_; }
+  std::size_t lease_count() const;
   const TokenTable<HoldRecord>& holds() const { return holds_; }
   const TokenTable<ReservationRecord>& reservations() const { return reservations_; }
   std::size_t active_lease_count() const;
   std::size_t pending_lease_count() const { return pending_leases_; }
-  bool empty() const { return leases_.empty() && holds_.empty() && reservations_.empty(); }
+  bool empty() const { return lease_count() == 0 && holds_.empty() && reservations_.empty(); }
   // Drops every lifetime without touching counts (the manager is closing and
   // drops its records too).
   void clear();
 
  private:
-  std::size_t reap_pending(DeviceRuntime& runtime);
+  static constexpr unsigned lane_count = StateGate::lane_count;
+  // A token's low bits say where it was granted: 0 under the gate, lane + 1 in a lane.
+  static constexpr unsigned tag_bits = 4;
+  static constexpr std::uint64_t tag_mask = (std::uint64_t{1} << tag_bits) - 1;
+  static_assert(lane_count < tag_mask);
 
-  std::uint64_t next_token_ = 1;
+  struct alignas(64) Lane {
+    TokenTable<LeaseRecord> leases;
+    std::uint64_t last_serial = 0;
+    std::uint64_t versions = 0;  // since the last fold
+    std::int64_t pins = 0;       // taken minus dropped, since the last fold
+  };
+
+  std::size_t reap_pending(DeviceRuntime& runtime);
+  std::uint64_t next_gate_token() { return next_serial_++ << tag_bits; }
+  // The table `token` lives in.
+  TokenTable<LeaseRecord>& leases_of(std::uint64_t token) {
+    const unsigned lane = lane_of(token);
+    return lane == lane_count ? leases_ : lanes_[lane].leases;
+  }
+
+  std::uint64_t next_serial_ = 1;
   std::size_t pending_leases_ = 0;
   TokenTable<LeaseRecord> leases_;
   TokenTable<HoldRecord> holds_;
   TokenTable<ReservationRecord> reservations_;
+  std::array<Lane, lane_count> lanes_;
 };
 
 }  // namespace fhelium::residency::detail

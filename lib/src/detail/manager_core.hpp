@@ -144,6 +144,7 @@ class ManagerCore : public std::enable_shared_from_this<ManagerCore> {
     explicit StateAccess(ManagerCore& core) : core_(core) {
       const StateGate::Entry entry = core_.gate_.enter();
       if (entry != StateGate::Entry::entered) [[unlikely]] refuse(entry);
+      core_.fold_lanes_locked();
     }
     ~StateAccess() {
       // Pins dropped by lifetimes abandoned during this call's source load
@@ -203,6 +204,24 @@ class ManagerCore : public std::enable_shared_from_this<ManagerCore> {
   std::uint64_t reserve_locked(const ResidencyLocation& location, std::int64_t nbytes, const std::string& label);
   void release_reservation_locked(std::uint64_t token);
   void release_lease_locked(std::uint64_t token, bool wait);
+  // Lease calls in a lane of the gate (see StateGate and LifetimeTable): a
+  // host lease of one value taken or released alongside other threads'. The
+  // lane does only what the call under the gate would do with the same
+  // outcome; anything else (a closed or disowned core, the first pin, leases
+  // pending to reap, a value not resident at `at`, the call's errors) is left
+  // to that call: nullopt / false, having changed nothing.
+  std::optional<LifetimeGrant> acquire_in_lane(const ResidencyHandle& handle, const ResidencyLocation& at);
+  bool release_in_lane(LifetimeToken& lifetime) noexcept;
+  std::optional<ResidentValue> leased_value_in_lane(std::uint64_t token, const ResidencyHandle& handle);
+  // Folds what the lanes counted since the last entry into the state
+  // version and the pins; right after entering the gate.
+  void fold_lanes_locked() noexcept {
+    const std::uint32_t used = gate_.take_used_lanes();
+    if (used == 0) [[likely]] return;
+    const LifetimeTable::LaneCounts counts = lifetimes_.fold_lanes(used);
+    state_version_ += counts.versions;
+    pins_ += counts.pins;
+  }
   void reap_locked() { state_version_ += lifetimes_.reap(*runtime_); }
 
   // The pins of active lifetime objects (see LifetimeToken). The first pin

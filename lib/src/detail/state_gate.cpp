@@ -39,8 +39,10 @@ StateGate::Entry StateGate::enter_slow() {
     // Only this thread ever stores its own id, so a match is never stale.
     if ((state & busy) != 0 && owner_.load(std::memory_order_relaxed) == self) return Entry::refused_reentry;
     if ((state & busy) == 0) {
-      if (state_.compare_exchange_weak(state, state | busy, std::memory_order_acquire, std::memory_order_relaxed)) {
+      if (state_.compare_exchange_weak(state, state | busy, std::memory_order_seq_cst, std::memory_order_relaxed)) {
         owner_.store(self, std::memory_order_relaxed);
+        const std::uint32_t published = published_lanes_.load(std::memory_order_seq_cst);
+        if (published != 0) drain_lanes(published);
         return Entry::entered;
       }
       continue;
@@ -76,6 +78,76 @@ void StateGate::set_loading(bool on) noexcept {
   // this signal is never missed.
   state_.fetch_or(loading, std::memory_order_seq_cst);
   if (sleepers_.load(std::memory_order_seq_cst) != 0) wake_sleepers();
+}
+
+namespace {
+
+// A thread's identity for the lanes (numbered from 1 in the order threads
+// first ask) and the lane it is using now; the same for every gate.
+struct ThreadLane {
+  std::uint32_t id;
+  unsigned lane;
+  // How far the thread moves on when it meets another in its lane: threads
+  // with different strides do not keep meeting.
+  unsigned stride;
+};
+
+ThreadLane& this_thread_lane() noexcept {
+  static std::atomic<std::uint32_t> next{0};
+  thread_local ThreadLane own = [] {
+    const std::uint32_t id = next.fetch_add(1, std::memory_order_relaxed) + 1;
+    return ThreadLane{id, id % StateGate::lane_count, 1 + id % (StateGate::lane_count - 1)};
+  }();
+  return own;
+}
+
+}  // namespace
+
+unsigned StateGate::enter_own_lane() noexcept {
+  ThreadLane& self = this_thread_lane();
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    const unsigned lane = self.lane;
+    if (enter_lane(lane)) {
+      std::uint32_t& last = lanes_[lane].last_user;
+      if (last != self.id) {
+        if (last != 0) self.lane = (lane + self.stride) % lane_count;  // shared: use another next time
+        last = self.id;
+      }
+      return lane;
+    }
+    if (state_.load(std::memory_order_relaxed) != 0) break;  // the gate is held: no lane would do
+    self.lane = (lane + self.stride) % lane_count;  // taken: try another
+  }
+  return lane_count;
+}
+
+void StateGate::publish_lane(std::uint32_t bit) noexcept { published_lanes_.fetch_or(bit, std::memory_order_seq_cst); }
+
+void StateGate::drain_lanes(std::uint32_t published) noexcept {
+  for (unsigned lane = 0; lane < lane_count; ++lane) {
+    const std::uint32_t bit = 1u << lane;
+    if ((published & bit) == 0) continue;
+    std::atomic<std::uint32_t>& word = lanes_[lane].state;
+    for (int spin = 0;; ++spin) {
+      std::uint32_t state = word.load(std::memory_order_seq_cst);
+      if ((state & lane_held) != 0) {
+        // A lane section is short and never blocks; its thread may have
+        // been preempted, so stop spinning soon.
+        if (spin < pause_rounds) {
+          cpu_relax();
+        } else {
+          std::this_thread::yield();
+        }
+        continue;
+      }
+      // The load acquires: what the lane did before leaving is visible from here on.
+      if (state == 0) break;
+      if (word.compare_exchange_weak(state, 0, std::memory_order_acq_rel, std::memory_order_relaxed)) {
+        used_lanes_ |= bit;
+        break;
+      }
+    }
+  }
 }
 
 void StateGate::wake_sleepers() noexcept {

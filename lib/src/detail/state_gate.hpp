@@ -17,6 +17,22 @@
 //    recheck interval (default_recheck_interval) and look again. A missed
 //    signal therefore costs that one waiter at most one interval, and never
 //    a hang.
+//
+// Beside the exclusive holder the gate has lanes: a few short sections that
+// run concurrently with one another but never with a holder. A lane is
+// entered with one compare-exchange on a word of its own cache line, and
+// that word is all it writes of the gate, so threads in different lanes do
+// not contend. Entering a lane publishes the lane, then looks at the state
+// word; entering the gate takes the state word, then waits for every
+// published lane that is held to be left. Both sides are sequentially
+// consistent, so either the lane sees the holder (and gives way, touching
+// nothing) or the holder sees the lane (and waits for it). A lane never
+// waits: when a holder is in or its word is taken it is refused, and its
+// caller goes through enter() instead. A lane section must not call code
+// that could come back into the gate (user code, a runtime's virtual calls)
+// and must not block: a holder spins for it. Each lane remembers that it was
+// used since the last entry; the holder collects that (take_used_lanes) so
+// the owner of the state can fold in what the lanes did.
 #pragma once
 
 #include <atomic>
@@ -39,21 +55,62 @@ class StateGate {
   // can wake a sleeper.
   explicit StateGate(std::chrono::microseconds recheck_interval = default_recheck_interval) noexcept
       : recheck_interval_(recheck_interval) {}
+
+  static constexpr unsigned lane_count = 8;
   StateGate(const StateGate&) = delete;
   StateGate& operator=(const StateGate&) = delete;
 
   // Blocks while another thread holds the gate. Refused (without waiting
   // any further) while the holder is loading, or when this thread holds it.
   // The uncontended entry is inline; waiting and refusal are not.
+  // Once entered, no lane is held until leave().
   Entry enter() {
     std::uint32_t expected = 0;
-    if (state_.compare_exchange_strong(expected, busy, std::memory_order_acquire, std::memory_order_relaxed))
+    if (state_.compare_exchange_strong(expected, busy, std::memory_order_seq_cst, std::memory_order_relaxed))
         [[likely]] {
       owner_.store(std::this_thread::get_id(), std::memory_order_relaxed);
+      const std::uint32_t published = published_lanes_.load(std::memory_order_seq_cst);
+      if (published != 0) [[unlikely]] drain_lanes(published);
       return Entry::entered;
     }
     return enter_slow();
   }
+  // The lanes entered since the previous entry (a bit per lane), and forgets
+  // them; by the holder only.
+  std::uint32_t take_used_lanes() noexcept {
+    const std::uint32_t used = used_lanes_;
+    used_lanes_ = 0;
+    return used;
+  }
+
+  // Enters lane `lane` (below lane_count); false, having changed nothing,
+  // when the gate is held or the lane is taken.
+  bool enter_lane(unsigned lane) noexcept {
+    LaneWord& word = lanes_[lane];
+    std::uint32_t before = word.state.load(std::memory_order_relaxed);
+    if ((before & lane_held) != 0) return false;
+    const std::uint32_t bit = 1u << lane;
+    // Sequentially consistent (a plain load on x86), so that a holder's look at
+    // the published lanes after this is certain to include this one.
+    if ((published_lanes_.load(std::memory_order_seq_cst) & bit) == 0) publish_lane(bit);
+    if (!word.state.compare_exchange_strong(before, lane_held | lane_used, std::memory_order_seq_cst,
+                                            std::memory_order_relaxed)) {
+      return false;
+    }
+    if (state_.load(std::memory_order_seq_cst) != 0) [[unlikely]] {
+      word.state.store(before, std::memory_order_release);  // as it was: nothing was done in the lane
+      return false;
+    }
+    return true;
+  }
+  // Enters a lane for a call of this thread's own: the lane this thread
+  // keeps using, unless another thread is in it. A thread that finds another
+  // one's traces in its lane moves to another lane for its next call, so
+  // threads that run at once settle in lanes of their own. Returns the lane,
+  // or lane_count (having changed nothing) when the gate is held or no lane
+  // was free at the first two tries.
+  unsigned enter_own_lane() noexcept;
+  void leave_lane(unsigned lane) noexcept { lanes_[lane].state.store(lane_used, std::memory_order_release); }
   // Only by the thread that entered, with loading off.
   void leave() noexcept {
     owner_.store(std::thread::id(), std::memory_order_relaxed);
@@ -79,16 +136,36 @@ class StateGate {
   static constexpr std::uint32_t busy = 1;
   static constexpr std::uint32_t loading = 2;
 
+  static constexpr std::uint32_t lane_held = 1;
+  static constexpr std::uint32_t lane_used = 2;  // since the holder last looked
+
+  struct alignas(64) LaneWord {
+    std::atomic<std::uint32_t> state{0};
+    // The thread that last entered for a call of its own (enter_own_lane);
+    // 0 for none. Guarded by `state`.
+    std::uint32_t last_user = 0;
+  };
+
   Entry enter_slow();
   void wake_sleepers() noexcept;
+  // Marks lane `bit` as one that holders must look at, once for the gate's life.
+  void publish_lane(std::uint32_t bit) noexcept;
+  // By a new holder: waits until no lane of `published` is held, and notes
+  // (and clears) the ones used.
+  void drain_lanes(std::uint32_t published) noexcept;
 
   // Written only by the holder, and by the compare-exchange that makes one.
   std::atomic<std::uint32_t> state_{0};
+  // The lanes ever entered (a bit per lane): read at every entry, written
+  // once per lane.
+  std::atomic<std::uint32_t> published_lanes_{0};
+  std::uint32_t used_lanes_ = 0;  // by the holder
   std::atomic<std::thread::id> owner_{};
   std::atomic<int> sleepers_{0};  // changed under mutex_
   std::mutex mutex_;
   std::condition_variable released_;
   const std::chrono::microseconds recheck_interval_;
+  LaneWord lanes_[lane_count];
 };
 
 }  // namespace fhelium::residency::detail

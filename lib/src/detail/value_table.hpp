@@ -92,11 +92,16 @@ class ValueTable {
   // unknown or discarded handle. Inline: every call that names a value
   // resolves it here.
   ValueRecord& lookup(const ResidencyHandle& handle) {
-    if (same_text(handle.manager_id, manager_id_)) [[likely]] {
-      ValueRecord* record = find_issued_here(handle);
-      if (record != nullptr && !record->discarded) [[likely]] return *record;
-    }
+    ValueRecord* record = find_live(handle);
+    if (record != nullptr) [[likely]] return *record;
     raise_unresolved(handle);
+  }
+  // lookup() without the error: nullptr for a foreign, unknown or discarded
+  // handle. Only reads the table, so calls may run at once.
+  ValueRecord* find_live(const ResidencyHandle& handle) {
+    if (!same_text(handle.manager_id, manager_id_)) [[unlikely]] return nullptr;
+    ValueRecord* record = find_issued_here(handle);
+    return record != nullptr && !record->discarded ? record : nullptr;
   }
   // The record of `handle` including discarded ones; nullptr when foreign or unknown.
   ValueRecord* find(const ResidencyHandle& handle);
