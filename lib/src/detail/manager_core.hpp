@@ -2,7 +2,9 @@
 //
 // The core composes its parts, each with one job and its own unit tests
 // (lib/tests/parts_test.cpp):
-//  - the state gate (state_gate.hpp): one public call at a time, reentry refused;
+//  - the state gate (state_gate.hpp): one public call at a time, reentry
+//    refused, except for host leases of one value, which take, read and
+//    release in lanes alongside one another (core_lifetimes.cpp);
 //  - the location ledger (ledger.hpp): budgets, charges and peaks;
 //  - the value table with its storage-ownership index (value_table.hpp,
 //    storage_index.hpp);
@@ -138,7 +140,8 @@ class ManagerCore : public std::enable_shared_from_this<ManagerCore> {
 
  private:
   // Holds the state lock for one public call and rejects reentry: from a
-  // source load (any thread) and from a callback on the calling thread.
+  // source load (any thread) and from a callback on the calling thread. Once
+  // in, folds in what the lanes counted since the last call.
   class StateAccess {
    public:
     explicit StateAccess(ManagerCore& core) : core_(core) {
