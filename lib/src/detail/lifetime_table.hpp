@@ -2,12 +2,13 @@
 // counts they put on materializations.
 //
 // It issues tokens (unique across the three kinds; ascending, in creation
-// order, within each table), grants and releases counts in pairs (each release checks the count it
-// undoes), keeps a released CUDA lease protecting as "pending" until its
-// completion events are known complete, and finishes such leases when they
-// are (reaping). It does not bump the state version, charge the ledger or
-// write diagnostics: the manager does those from what each call returns.
-// Not synchronized: the manager's state gate guards it.
+// order, within each table), grants and releases counts in pairs (each
+// release checks the count it undoes), keeps a released CUDA lease
+// protecting as "pending" until its completion events are known complete,
+// and finishes such leases when they are (reaping). It does not bump the
+// state version, charge the ledger or write diagnostics: the manager does
+// those from what each call returns. Not synchronized: the manager's state
+// gate guards it.
 //
 // Lane leases. Host leases of one value can also be granted and released in
 // a lane of the state gate (state_gate.hpp), concurrently with other lanes.
