@@ -392,6 +392,43 @@ TEST(Lanes, LeasesTakenOnManyThreadsCountExactlyInVersionsLeaseCountsAndClose) {
   EXPECT_TRUE(manager.closed());
 }
 
+// A lease taken in a lane is counted in its materialization's use count when
+// the next call takes the state lock; whichever way it is released after
+// that (in the lane or under the lock), each lease counts once, and a
+// removal never misses one.
+TEST(Lanes, LeasesCountWhetherReleasedBeforeOrAfterTheNextLockedCall) {
+  auto fixture = make_fixture();
+  ResidencyManager& manager = *fixture.manager;
+  const ResidencyHandle handle = manager.adopt(make_value(8), std::nullopt, ReplicaMode::replicable);
+  manager.ensure(handle, PINNED_HOST);
+  manager.acquire({handle}, PAGEABLE_HOST).release();  // the first lease: under the lock
+  const auto uses = [&] { return manager.snapshot().value(handle)->at(PAGEABLE_HOST)->use_count; };
+  std::uint64_t version = manager.state_version();
+  // Released before any locked call: never counted, yet versioned.
+  manager.acquire({handle}, PAGEABLE_HOST).release();
+  EXPECT_EQ(uses(), 0);
+  EXPECT_EQ(manager.state_version(), version += 2);
+  // Counted by a locked call, then released: the count is undone.
+  std::optional<ResidencyLease> first = manager.acquire({handle}, PAGEABLE_HOST);
+  std::optional<ResidencyLease> second = manager.acquire({handle}, PAGEABLE_HOST);
+  EXPECT_EQ(uses(), 2);
+  version += 2;
+  EXPECT_THROW(manager.drop(handle, PAGEABLE_HOST), ResidencyInUseError);  // protected though taken in a lane
+  std::optional<ResidencyLease> third = manager.acquire({handle}, PAGEABLE_HOST);  // taken after that call
+  EXPECT_TRUE(same_contents(third->value(handle), make_value(8)));
+  first->release();
+  EXPECT_EQ(uses(), 2);
+  EXPECT_THROW(manager.drop(handle, PAGEABLE_HOST), ResidencyInUseError);
+  third->release();  // counted by the drop's call: undone under the lock
+  second.reset();    // abandoned: released under the lock, with a diagnostic
+  EXPECT_EQ(uses(), 0);
+  EXPECT_EQ(manager.state_version(), version += 4);
+  manager.drop(handle, PAGEABLE_HOST);  // nothing protects it any more
+  EXPECT_EQ(resident_at(manager, handle), std::vector<ResidencyLocation>{PINNED_HOST});
+  EXPECT_THROW(manager.acquire({handle}, PAGEABLE_HOST), ResidencyUnavailableError);
+  EXPECT_EQ(manager.diagnostics().size(), 1u);
+}
+
 // A drop racing host leases on other threads either sees a lease (and is
 // refused) or removes the materialization before the next lease looks (which
 // then finds the value not resident there): a lease never reads a value that

@@ -497,6 +497,22 @@ TEST(TokenTable, KeepsCreationOrderThroughErasesAndSweeps) {
   EXPECT_TRUE(table.find(6) == table.end());
   EXPECT_TRUE(table.find(99) == table.end());
   EXPECT_EQ(table.find(4)->second, "t4");
+  // The live entries past a token, in order, whether that token is live,
+  // erased or beyond the last.
+  const auto after = [&](std::uint64_t token) {
+    std::vector<std::uint64_t> seen;
+    table.for_each_after(token, [&](std::uint64_t at, std::string& entry) {
+      EXPECT_EQ(entry, "t" + std::to_string(at));
+      seen.push_back(at);
+    });
+    return seen;
+  };
+  EXPECT_EQ(after(0), (std::vector<std::uint64_t>{1, 3, 4, 5}));
+  EXPECT_EQ(after(1), (std::vector<std::uint64_t>{3, 4, 5}));
+  EXPECT_EQ(after(2), (std::vector<std::uint64_t>{3, 4, 5}));
+  EXPECT_EQ(after(4), (std::vector<std::uint64_t>{5}));
+  EXPECT_TRUE(after(5).empty());
+  EXPECT_TRUE(after(99).empty());
   // get() and erase(token) agree with find() on live, erased and unknown tokens.
   ASSERT_NE(table.get(5), nullptr);
   EXPECT_EQ(*table.get(5), "t5");

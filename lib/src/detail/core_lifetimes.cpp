@@ -2,7 +2,6 @@
 // table (lifetime_table.hpp) grants or releases the counts, and the manager
 // charges the ledger, bumps the state version and writes diagnostics.
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <memory>
 #include <stdexcept>
@@ -76,9 +75,8 @@ std::optional<LifetimeGrant> ManagerCore::acquire_in_lane(const ResidencyHandle&
   if (closed_ || orphaned_ || !self_pin_ || lifetimes_.pending_lease_count() != 0) return std::nullopt;
   ValueRecord* record = values_.find_live(handle);
   if (record == nullptr || !record->handle_list) return std::nullopt;
-  Materialization* item = record->at(at);
-  if (item == nullptr) return std::nullopt;
-  const std::uint64_t token = lifetimes_.grant_lane_lease(lane, *record, *item, at);
+  if (record->at(at) == nullptr) return std::nullopt;
+  const std::uint64_t token = lifetimes_.grant_lane_lease(lane, *record, at);
   return LifetimeGrant{token, HandleList(record->handle_list)};
 }
 
@@ -176,10 +174,8 @@ std::optional<ResidentValue> ManagerCore::leased_value_in_lane(std::uint64_t tok
   ScopeExit leave([&] { gate_.leave_lane(lane); });
   const LeaseRecord* lease = closed_ ? nullptr : lifetimes_.lane_lease(lane, token);
   if (lease == nullptr || lease->records.front() != values_.find(handle)) return std::nullopt;  // errors: the gate's
-  Materialization* item = lease->records.front()->at(lease->location);
-  // Other lanes may be counting their leases of the same value.
-  FHELIUM_CHECK(item != nullptr && std::atomic_ref<std::int64_t>(item->use_count).load(std::memory_order_relaxed) > 0,
-                "leased materialization is not in use");
+  const Materialization* item = lease->records.front()->at(lease->location);
+  FHELIUM_CHECK(item != nullptr, "leased materialization is gone");
   return item->value;
 }
 

@@ -1,6 +1,5 @@
 #include "detail/lifetime_table.hpp"
 
-#include <atomic>
 #include <utility>
 
 #include "detail/check.hpp"
@@ -40,14 +39,11 @@ std::uint64_t LifetimeTable::add_reservation(const ResidencyLocation& location, 
   return token;
 }
 
-std::uint64_t LifetimeTable::grant_lane_lease(unsigned lane, ValueRecord& record, Materialization& item,
-                                             const ResidencyLocation& at) {
+std::uint64_t LifetimeTable::grant_lane_lease(unsigned lane, ValueRecord& record, const ResidencyLocation& at) {
   Lane& own = lanes_[lane];
-  const std::uint64_t token = ((own.last_serial + 1) << tag_bits) | (lane + 1);
+  const std::uint64_t token = lane_token(lane, own.last_serial + 1);
   own.leases.emplace(token, CoveredRecords{&record}, at);  // first: it may throw
   own.last_serial += 1;
-  // Other lanes may lease the same value at once.
-  std::atomic_ref<std::int64_t>(item.use_count).fetch_add(1, std::memory_order_relaxed);
   own.versions += 1;
   own.pins += 1;
   return token;
@@ -55,15 +51,12 @@ std::uint64_t LifetimeTable::grant_lane_lease(unsigned lane, ValueRecord& record
 
 bool LifetimeTable::end_lane_lease(unsigned lane, std::uint64_t token) {
   Lane& own = lanes_[lane];
+  if (token <= own.counted_through) return false;  // its use is counted: the gate undoes that
   const auto found = own.leases.find(token);
   if (found == own.leases.end()) return false;
   const LeaseRecord& lease = found->second;
   FHELIUM_CHECK(lease.state == LeaseState::active && lease.records.size() == 1 && lease.streams.empty(),
                 "a lane lease that is not an active lease of one value");
-  Materialization& item = covered(lease.records.front(), lease.location);
-  const std::int64_t before =
-      std::atomic_ref<std::int64_t>(item.use_count).fetch_sub(1, std::memory_order_relaxed);
-  FHELIUM_CHECK(before > 0, "lease released on an unused materialization");
   own.leases.erase(found);
   own.versions += 1;
   own.pins -= 1;
@@ -74,8 +67,13 @@ LifetimeTable::LaneCounts LifetimeTable::fold_lanes(std::uint32_t used) noexcept
   LaneCounts counts;
   for (unsigned lane = 0; lane < lane_count; ++lane) {
     if ((used & (1u << lane)) == 0) continue;
-    counts.versions += std::exchange(lanes_[lane].versions, 0);
-    counts.pins += std::exchange(lanes_[lane].pins, 0);
+    Lane& own = lanes_[lane];
+    own.leases.for_each_after(own.counted_through, [](std::uint64_t, LeaseRecord& lease) {
+      covered(lease.records.front(), lease.location).use_count += 1;
+    });
+    own.counted_through = lane_token(lane, own.last_serial);
+    counts.versions += std::exchange(own.versions, 0);
+    counts.pins += std::exchange(own.pins, 0);
   }
   return counts;
 }

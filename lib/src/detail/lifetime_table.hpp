@@ -13,12 +13,16 @@
 // Lane leases. Host leases of one value can also be granted and released in
 // a lane of the state gate (state_gate.hpp), concurrently with other lanes.
 // Each lane has a table of its own, touched only from that lane or by the
-// gate's holder, and counts the state versions and lifetime pins its calls
-// took, which the manager folds into its own at the next entry
-// (fold_lanes). A lane lease is an active host lease without streams: it
-// never goes pending, so reaping and pending protection never look at the
-// lanes. Everything else (lookup by token, release under the gate, counts,
-// clear) covers them.
+// gate's holder, and a lane writes nothing else: not even the leased
+// materialization's use count, which other lanes may share. Instead the
+// holder folds each lane in when it enters the gate (fold_lanes): the use
+// counts of the lane's leases granted since the last fold, and the state
+// versions and lifetime pins its calls counted. A lease taken and released
+// between two entries never touches a use count; one released after a fold
+// counted it is released under the gate, which undoes the count. A lane
+// lease is an active host lease without streams: it never goes pending, so
+// reaping and pending protection never look at the lanes. Everything else
+// (lookup by token, release under the gate, counts, clear) covers them.
 #pragma once
 
 #include <c10/core/Stream.h>
@@ -46,13 +50,14 @@ class LifetimeTable {
   std::uint64_t grant_hold(CoveredRecords&& records, const ResidencyLocation& at);
   std::uint64_t add_reservation(const ResidencyLocation& location, std::int64_t nbytes, const std::string& label);
 
-  // In lane `lane`: grants a lease on `item`, `record`'s materialization at
-  // the host location `at`, and counts a state version and a pin for it.
-  std::uint64_t grant_lane_lease(unsigned lane, ValueRecord& record, Materialization& item,
-                                 const ResidencyLocation& at);
-  // In lane `lane`: ends lane lease `token` of that lane, and counts a state
-  // version and a dropped pin; false, changing nothing, when it is not there
-  // (cleared by a close).
+  // In lane `lane`: grants a lease on `record`'s materialization at the host
+  // location `at`, which must exist, and counts a state version and a pin
+  // for it. Its use count is counted at the next fold.
+  std::uint64_t grant_lane_lease(unsigned lane, ValueRecord& record, const ResidencyLocation& at);
+  // In lane `lane`: ends lane lease `token` of that lane, not yet counted in
+  // its materialization's use count, and counts a state version and a
+  // dropped pin; false, changing nothing, when it is not there (cleared by a
+  // close) or has been counted (then it is released under the gate).
   bool end_lane_lease(unsigned lane, std::uint64_t token);
   // In lane `lane`: its lease `token`, or nullptr.
   const LeaseRecord* lane_lease(unsigned lane, std::uint64_t token) const { return lanes_[lane].leases.get(token); }
@@ -61,8 +66,9 @@ class LifetimeTable {
     const auto tag = static_cast<unsigned>(token & tag_mask);
     return tag == 0 ? lane_count : tag - 1;
   }
-  // Under the gate: what the lanes in `used` (a bit per lane) counted since
-  // they were last folded; their counts restart from zero.
+  // Under the gate: counts the use of every lease the lanes in `used` (a bit
+  // per lane) granted since they were last folded, and returns the state
+  // versions and pins they counted meanwhile; those restart from zero.
   struct LaneCounts {
     std::uint64_t versions = 0;
     std::int64_t pins = 0;
@@ -126,12 +132,15 @@ class LifetimeTable {
   struct alignas(64) Lane {
     TokenTable<LeaseRecord> leases;
     std::uint64_t last_serial = 0;
+    // Leases with tokens up to this one are counted in their use counts.
+    std::uint64_t counted_through = 0;
     std::uint64_t versions = 0;  // since the last fold
     std::int64_t pins = 0;       // taken minus dropped, since the last fold
   };
 
   std::size_t reap_pending(DeviceRuntime& runtime);
   std::uint64_t next_gate_token() { return next_serial_++ << tag_bits; }
+  static std::uint64_t lane_token(unsigned lane, std::uint64_t serial) { return (serial << tag_bits) | (lane + 1); }
   // The table `token` lives in.
   TokenTable<LeaseRecord>& leases_of(std::uint64_t token) {
     const unsigned lane = lane_of(token);

@@ -76,6 +76,16 @@ class TokenTable {
     return entry->second;
   }
 
+  // Visits the live entries whose tokens are above `after`, in token order,
+  // as visit(token, entry).
+  template <class Visit>
+  void for_each_after(std::uint64_t after, Visit&& visit) {
+    const auto first = std::upper_bound(tokens_.begin(), tokens_.end(), after);
+    for (auto index = static_cast<std::size_t>(first - tokens_.begin()); index < items_.size(); ++index) {
+      if (items_[index]) visit(items_[index]->first, items_[index]->second);
+    }
+  }
+
   iterator find(std::uint64_t token) { return {this, locate(token)}; }
   const_iterator find(std::uint64_t token) const { return {this, locate(token)}; }
   // The live entry of `token`, or nullptr: find() without an iterator.
