@@ -483,20 +483,70 @@ TEST(Lanes, ADropRacingLeasesNeverRemovesALeasedMaterialization) {
 }
 
 // A host lease taken alongside other threads keeps a destroyed manager's
-// core alive until it is released, like any other lifetime.
-TEST(Lanes, ALeaseOutlivingItsManagerKeepsTheCoreUntilReleased) {
+// core alive until it is released, like any other lifetime, and the last
+// one to end lets the core go however it ends: released or abandoned, with
+// no other call in between.
+TEST(Lanes, LeasesOutlivingTheirManagerKeepTheCoreUntilTheLastEnds) {
+  for (const bool abandon_last : {false, true}) {
+    auto fixture = make_fixture();
+    const ResidencyHandle handle = fixture.manager->adopt(make_value(4));
+    fixture.manager->acquire({handle}, PAGEABLE_HOST).release();
+    std::optional<ResidencyLease> first = fixture.manager->acquire({handle}, PAGEABLE_HOST);
+    std::optional<ResidencyLease> last = fixture.manager->acquire({handle}, PAGEABLE_HOST);
+    fixture.manager.reset();
+    EXPECT_EQ(fixture.runtime.use_count(), 2);  // the test's and the core's
+    EXPECT_TRUE(same_contents(first->value(handle), make_value(4)));
+    first->release();
+    EXPECT_EQ(fixture.runtime.use_count(), 2) << abandon_last;  // `last` still pins the core
+    if (abandon_last) {
+      last.reset();
+    } else {
+      last->release();
+      EXPECT_FALSE(last->active());
+    }
+    EXPECT_EQ(fixture.runtime.use_count(), 1) << abandon_last;
+  }
+}
+
+// A source load refuses every other call, lane calls included: host leases
+// of a value leased before, their reads and their releases, on the loading
+// thread and on others. A refused release leaves the lease active.
+TEST(Lanes, ASourceLoadRefusesLaneCallsOnEveryThread) {
   auto fixture = make_fixture();
-  const ResidencyHandle handle = fixture.manager->adopt(make_value(4));
-  fixture.manager->acquire({handle}, PAGEABLE_HOST).release();
-  std::optional<ResidencyLease> lease = fixture.manager->acquire({handle}, PAGEABLE_HOST);
-  std::optional<ResidencyLease> second = fixture.manager->acquire({handle}, PAGEABLE_HOST);
-  fixture.manager.reset();
-  EXPECT_EQ(fixture.runtime.use_count(), 2);  // the test's and the core's
-  EXPECT_TRUE(same_contents(lease->value(handle), make_value(4)));
-  lease->release();
-  EXPECT_EQ(fixture.runtime.use_count(), 2);  // `second` still pins the core
-  second.reset();  // abandoned: released by its destructor
-  EXPECT_EQ(fixture.runtime.use_count(), 1);
+  ResidencyManager& manager = *fixture.manager;
+  const ResidencyHandle leased = manager.adopt(make_value(4));
+  manager.acquire({leased}, PAGEABLE_HOST).release();
+  std::optional<ResidencyLease> held = manager.acquire({leased}, PAGEABLE_HOST);
+  const auto refused = [](const std::function<void()>& call) {
+    try {
+      call();
+    } catch (const ResidencyReentrancyError&) {
+      return true;
+    }
+    return false;
+  };
+  std::vector<bool> on_loading_thread, on_other_thread;
+  const ResidencyHandle lazy = manager.register_source(
+      ResidencyValueSpec("Blob", 16, 16, ReplicaMode::exclusive, Recoverability::reconstructible), [&] {
+        on_loading_thread.push_back(refused([&] { manager.acquire({leased}, PAGEABLE_HOST); }));
+        on_loading_thread.push_back(refused([&] { held->value(leased); }));
+        std::thread other([&] {
+          on_other_thread.push_back(refused([&] { manager.acquire({leased}, PAGEABLE_HOST); }));
+          on_other_thread.push_back(refused([&] { held->value(leased); }));
+          on_other_thread.push_back(refused([&] { held->release(); }));
+        });
+        other.join();
+        return make_value(4);
+      });
+  const std::uint64_t before = manager.state_version();
+  manager.ensure(lazy, PAGEABLE_HOST);
+  EXPECT_EQ(on_loading_thread, (std::vector<bool>{true, true}));
+  EXPECT_EQ(on_other_thread, (std::vector<bool>{true, true, true}));
+  EXPECT_TRUE(held->active());
+  EXPECT_EQ(manager.snapshot().value(leased)->at(PAGEABLE_HOST)->use_count, 1);
+  EXPECT_EQ(manager.state_version(), before + 1);  // the ensure alone
+  held->release();
+  EXPECT_EQ(manager.snapshot().value(leased)->at(PAGEABLE_HOST)->use_count, 0);
 }
 
 }  // namespace

@@ -492,6 +492,7 @@ TEST(TokenTable, KeepsCreationOrderThroughErasesAndSweeps) {
   table.erase(table.find(2));
   table.erase(table.find(6));  // the newest: dropped at once
   EXPECT_EQ(tokens_of(table), (std::vector<std::uint64_t>{1, 3, 4, 5}));
+  EXPECT_EQ(table.last_token(), 6u);  // the greatest inserted, erased or not
   EXPECT_EQ(table.size(), 4u);
   EXPECT_TRUE(table.find(2) == table.end());
   EXPECT_TRUE(table.find(6) == table.end());
@@ -543,6 +544,7 @@ TEST(TokenTable, KeepsCreationOrderThroughErasesAndSweeps) {
   table.clear();
   EXPECT_TRUE(table.empty());
   EXPECT_TRUE(table.begin() == table.end());
+  EXPECT_EQ(table.last_token(), 1999u);  // kept across clear: tokens are never reused
 }
 
 // ---- inline materialization storage -------------------------------------------

@@ -72,7 +72,7 @@ std::optional<LifetimeGrant> ManagerCore::acquire_in_lane(const ResidencyHandle&
   ScopeExit leave([&] { gate_.leave_lane(lane); });
   // Written under the gate only, so stable here. The first pin and a
   // value's first handle list are written by the call under the gate.
-  if (closed_ || orphaned_ || !self_pin_ || lifetimes_.pending_lease_count() != 0) return std::nullopt;
+  if (closed_ || !self_pin_ || lifetimes_.pending_lease_count() != 0) return std::nullopt;
   ValueRecord* record = values_.find_live(handle);
   if (record == nullptr || !record->handle_list) return std::nullopt;
   if (record->at(at) == nullptr) return std::nullopt;
@@ -84,8 +84,12 @@ bool ManagerCore::release_in_lane(LifetimeToken& lifetime) noexcept {
   const unsigned lane = LifetimeTable::lane_of(lifetime.token());
   if (lane == StateGate::lane_count || !gate_.enter_lane(lane)) return false;
   ScopeExit leave([&] { gate_.leave_lane(lane); });
-  // A disowned core may be dropping its last pin: the gate settles that.
-  if (orphaned_ || !lifetimes_.end_lane_lease(lane, lifetime.token())) return false;
+  // A lease the gate has counted since it was granted is released under the
+  // gate (end_lane_lease refuses it). That includes every lease alive when
+  // the manager was disowned, since disowning entered the gate: so the
+  // release that drops a disowned core's last pin is always the gate's,
+  // which lets the core go.
+  if (!lifetimes_.end_lane_lease(lane, lifetime.token())) return false;
   lifetime.deactivate();  // its pin went with the lease (folded at the next entry)
   return true;
 }

@@ -41,9 +41,8 @@ std::uint64_t LifetimeTable::add_reservation(const ResidencyLocation& location, 
 
 std::uint64_t LifetimeTable::grant_lane_lease(unsigned lane, ValueRecord& record, const ResidencyLocation& at) {
   Lane& own = lanes_[lane];
-  const std::uint64_t token = lane_token(lane, own.last_serial + 1);
-  own.leases.emplace(token, CoveredRecords{&record}, at);  // first: it may throw
-  own.last_serial += 1;
+  const std::uint64_t token = lane_token(lane, (own.leases.last_token() >> tag_bits) + 1);
+  own.leases.emplace(token, CoveredRecords{&record}, at);  // may throw: nothing counted yet
   own.versions += 1;
   own.pins += 1;
   return token;
@@ -71,7 +70,7 @@ LifetimeTable::LaneCounts LifetimeTable::fold_lanes(std::uint32_t used) noexcept
     own.leases.for_each_after(own.counted_through, [](std::uint64_t, LeaseRecord& lease) {
       covered(lease.records.front(), lease.location).use_count += 1;
     });
-    own.counted_through = lane_token(lane, own.last_serial);
+    own.counted_through = own.leases.last_token();
     counts.versions += std::exchange(own.versions, 0);
     counts.pins += std::exchange(own.pins, 0);
   }

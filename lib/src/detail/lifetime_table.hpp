@@ -131,7 +131,6 @@ class LifetimeTable {
 
   struct alignas(64) Lane {
     TokenTable<LeaseRecord> leases;
-    std::uint64_t last_serial = 0;
     // Leases with tokens up to this one are counted in their use counts.
     std::uint64_t counted_through = 0;
     std::uint64_t versions = 0;  // since the last fold
@@ -141,6 +140,7 @@ class LifetimeTable {
   std::size_t reap_pending(DeviceRuntime& runtime);
   std::uint64_t next_gate_token() { return next_serial_++ << tag_bits; }
   static std::uint64_t lane_token(unsigned lane, std::uint64_t serial) { return (serial << tag_bits) | (lane + 1); }
+
   // The table `token` lives in.
   TokenTable<LeaseRecord>& leases_of(std::uint64_t token) {
     const unsigned lane = lane_of(token);

@@ -210,7 +210,7 @@ class ManagerCore : public std::enable_shared_from_this<ManagerCore> {
   // Lease calls in a lane of the gate (see StateGate and LifetimeTable): a
   // host lease of one value taken or released alongside other threads'. The
   // lane does only what the call under the gate would do with the same
-  // outcome; anything else (a closed or disowned core, the first pin, leases
+  // outcome; anything else (a closed core, the first pin, leases
   // pending to reap, a value not resident at `at`, the call's errors) is left
   // to that call: nullopt / false, having changed nothing.
   std::optional<LifetimeGrant> acquire_in_lane(const ResidencyHandle& handle, const ResidencyLocation& at);

@@ -40,9 +40,7 @@ StateGate::Entry StateGate::enter_slow() {
     if ((state & busy) != 0 && owner_.load(std::memory_order_relaxed) == self) return Entry::refused_reentry;
     if ((state & busy) == 0) {
       if (state_.compare_exchange_weak(state, state | busy, std::memory_order_seq_cst, std::memory_order_relaxed)) {
-        owner_.store(self, std::memory_order_relaxed);
-        const std::uint32_t published = published_lanes_.load(std::memory_order_seq_cst);
-        if (published != 0) drain_lanes(published);
+        take_over(self);
         return Entry::entered;
       }
       continue;

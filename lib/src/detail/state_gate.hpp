@@ -68,9 +68,7 @@ class StateGate {
     std::uint32_t expected = 0;
     if (state_.compare_exchange_strong(expected, busy, std::memory_order_seq_cst, std::memory_order_relaxed))
         [[likely]] {
-      owner_.store(std::this_thread::get_id(), std::memory_order_relaxed);
-      const std::uint32_t published = published_lanes_.load(std::memory_order_seq_cst);
-      if (published != 0) [[unlikely]] drain_lanes(published);
+      take_over(std::this_thread::get_id());
       return Entry::entered;
     }
     return enter_slow();
@@ -147,6 +145,13 @@ class StateGate {
   };
 
   Entry enter_slow();
+  // The rest of becoming the holder, once the state word is taken: who holds
+  // the gate, and no lane held from here on.
+  void take_over(std::thread::id self) noexcept {
+    owner_.store(self, std::memory_order_relaxed);
+    const std::uint32_t published = published_lanes_.load(std::memory_order_seq_cst);
+    if (published != 0) [[unlikely]] drain_lanes(published);
+  }
   void wake_sleepers() noexcept;
   // Marks lane `bit` as one that holders must look at, once for the gate's life.
   void publish_lane(std::uint32_t bit) noexcept;

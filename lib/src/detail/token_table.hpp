@@ -58,6 +58,8 @@ class TokenTable {
   const_iterator begin() const { return {this, 0}; }
   const_iterator end() const { return {this, items_.size()}; }
   std::size_t size() const noexcept { return live_; }
+  // The greatest token ever inserted (0 for none), erased and cleared ones included.
+  std::uint64_t last_token() const noexcept { return last_token_; }
   bool empty() const noexcept { return live_ == 0; }
 
   // Builds the entry of `token` in place from `args` and returns it. `token`

@@ -35,10 +35,6 @@ void ValueTable::remove_last() {
   --size_;
 }
 
-ValueRecord* ValueTable::find(const ResidencyHandle& handle) {
-  return same_text(handle.manager_id, manager_id_) ? find_issued_here(handle) : nullptr;
-}
-
 void ValueTable::raise_unresolved(const ResidencyHandle& handle) const {
   if (!same_text(handle.manager_id, manager_id_)) {
     throw ResidencyHandleError("handle '" + handle.handle_id + "' belongs to manager '" + handle.manager_id +

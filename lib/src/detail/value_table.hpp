@@ -99,12 +99,13 @@ class ValueTable {
   // lookup() without the error: nullptr for a foreign, unknown or discarded
   // handle. Only reads the table, so calls may run at once.
   ValueRecord* find_live(const ResidencyHandle& handle) {
-    if (!same_text(handle.manager_id, manager_id_)) [[unlikely]] return nullptr;
-    ValueRecord* record = find_issued_here(handle);
+    ValueRecord* record = find(handle);
     return record != nullptr && !record->discarded ? record : nullptr;
   }
   // The record of `handle` including discarded ones; nullptr when foreign or unknown.
-  ValueRecord* find(const ResidencyHandle& handle);
+  ValueRecord* find(const ResidencyHandle& handle) {
+    return same_text(handle.manager_id, manager_id_) ? find_issued_here(handle) : nullptr;
+  }
 
   // Every record, discarded ones included, in registration order.
   std::size_t size() const noexcept { return size_; }
