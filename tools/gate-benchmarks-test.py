@@ -3,8 +3,9 @@
 each run is what the targets and the complexity fits see (not the last
 repetition, not the mean); `above` subtracts a share of another benchmark,
 `or_within_ns_of` passes a target missed outright when the benchmark is
-close enough to its reference, and `ratio_to` bounds a benchmark by a
-multiple of another.
+close enough to its reference, `above_counter` and `or_within_counter` read
+the median of a counter the benchmark reports (a baseline it timed in the
+same iterations), and `ratio_to` bounds a benchmark by a multiple of another.
 
 Usage: gate-benchmarks-test.py RESIDENCY_GATE WORK_DIR"""
 import json
@@ -36,6 +37,15 @@ def repeated(name, samples):
     return rows
 
 
+def paired(name, ns_per_item, counter, samples):
+    """A benchmark timed against an in-run baseline: every repetition and
+    aggregate carries `counter`, the aggregates its mean and median."""
+    rows = repeated(name, [ns_per_item] * len(samples))
+    for row, value in zip(rows, samples + [sum(samples) / len(samples), sorted(samples)[len(samples) // 2]]):
+        row[counter] = value
+    return rows
+
+
 def main():
     gate, work = sys.argv[1], pathlib.Path(sys.argv[2])
     shutil.rmtree(work, ignore_errors=True)
@@ -51,6 +61,11 @@ def main():
     benchmarks += repeated("BM_Ensure", [1000.0, 1000.0, 1000.0]) + repeated("BM_Load", [900.0, 900.0, 900.0])
     # 300 is above 100 outright, but within 50 of 260 and not of 200.
     benchmarks += [run("BM_Drop", 300.0), run("BM_CloseRelease", 260.0), run("BM_FarRelease", 200.0)]
+    # Counters: medians 120 and 45 meet 150 and 50; the means (173, 65) and
+    # the last repetitions (120, 100) would not both.
+    benchmarks += paired("BM_PairedEnsure/manual_time", 1000.0, "above_load_ns", [300.0, 100.0, 120.0])
+    benchmarks += paired("BM_PairedDrop/manual_time", 300.0, "above_release_ns", [40.0, 110.0, 45.0])
+    benchmarks += paired("BM_PairedFar/manual_time", 300.0, "above_release_ns", [90.0, 60.0, 55.0])
     # 1.02x and 1.00x the raw clone.
     benchmarks += [run("BM_Large/real_time", 102.0), run("BM_Fair/real_time", 100.0),
                    run("BM_Clone/real_time", 100.0)]
@@ -75,6 +90,12 @@ def main():
             {"benchmark": "BM_Ensure", "above": "BM_Load", "above_share": 0.5, "max_ns": 500},
             {"benchmark": "BM_Drop", "max_ns": 100, "or_within_ns_of": "BM_CloseRelease", "within_ns": 50},
             {"benchmark": "BM_Drop", "max_ns": 100, "or_within_ns_of": "BM_FarRelease", "within_ns": 50},
+            {"benchmark": "BM_PairedEnsure/manual_time", "above_counter": "above_load_ns", "max_ns": 150},
+            {"benchmark": "BM_PairedEnsure/manual_time", "above_counter": "absent_ns", "max_ns": 150},
+            {"benchmark": "BM_PairedDrop/manual_time", "max_ns": 100, "or_within_counter": "above_release_ns",
+             "within_ns": 50},
+            {"benchmark": "BM_PairedFar/manual_time", "max_ns": 100, "or_within_counter": "above_release_ns",
+             "within_ns": 50},
             {"benchmark": "BM_Large/real_time", "max_ratio": 1.01, "ratio_to": "BM_Clone/real_time"},
             {"benchmark": "BM_Fair/real_time", "max_ratio": 1.01, "ratio_to": "BM_Clone/real_time"},
         ],
@@ -108,6 +129,10 @@ def main():
                              (False, "1000.0 ns/item, 550.0 ns above 0.50 x BM_Load")],
         "target BM_Drop": [(True, "300.0 ns/item, 40.0 ns above BM_CloseRelease"),
                            (False, "300.0 ns/item, 100.0 ns above BM_FarRelease")],
+        "target BM_PairedEnsure/manual_time": [(True, "1000.0 ns/item, above_load_ns 120.0"),
+                                               (False, "missing counter absent_ns")],
+        "target BM_PairedDrop/manual_time": [(True, "300.0 ns/item, above_release_ns 45.0")],
+        "target BM_PairedFar/manual_time": [(False, "300.0 ns/item, above_release_ns 60.0")],
         "target BM_Large/real_time": [(False, "102.0 ns/item = 1.020x BM_Clone/real_time")],
         "target BM_Fair/real_time": [(True, "100.0 ns/item = 1.000x BM_Clone/real_time")],
         "complexity BM_Scan": [(True, "O(N^1.00)")],

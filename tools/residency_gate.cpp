@@ -191,6 +191,15 @@ class Gate {
       if (found == runs.end() || !found->second.contains("items_per_second")) return std::nullopt;
       return 1e9 / found->second.at("items_per_second").get<double>();
     };
+    // A counter a benchmark reports beside its time (a baseline it timed in
+    // the same iterations, per item).
+    const auto counter = [&](const std::string& name, const std::string& counter_name) -> std::optional<double> {
+      const auto found = runs.find(name);
+      if (found == runs.end() || !found->second.contains(counter_name) || !found->second.at(counter_name).is_number()) {
+        return std::nullopt;
+      }
+      return found->second.at(counter_name).get<double>();
+    };
     const auto reference = ns_per_item("BM_Reference");
     if (!reference) {
       add("benchmark reference", "missing", "BM_Reference present", false);
@@ -213,7 +222,7 @@ class Gate {
     }
     for (const auto& [name, limit] : thresholds_.at("complexity").items()) scaling(runs, name, limit);
     if (thresholds_.contains("targets")) {
-      for (const auto& target : thresholds_.at("targets")) absolute(ns_per_item, target);
+      for (const auto& target : thresholds_.at("targets")) absolute(ns_per_item, counter, target);
     }
     movement(runs);
     contention(runs);
@@ -277,11 +286,14 @@ class Gate {
 
   // An absolute per-item target on this machine class: `max_ns` for
   // `benchmark`, counted above `above` (times `above_share`, the part of each
-  // item that is that operation) when given; or, failing that, within
-  // `within_ns` of `or_within_ns_of`. A target with `ratio_to` instead bounds
-  // the benchmark's time per item by `max_ratio` times that benchmark's.
-  template <class Lookup>
-  void absolute(const Lookup& ns_per_item, const json& target) {
+  // item that is that operation) when given, or taken as the benchmark's
+  // counter `above_counter` (the operation above a baseline it timed in the
+  // same iterations); or, failing that, within `within_ns` of
+  // `or_within_ns_of`, or with its counter `or_within_counter` at most
+  // `within_ns`. A target with `ratio_to` instead bounds the benchmark's
+  // time per item by `max_ratio` times that benchmark's.
+  template <class Lookup, class CounterLookup>
+  void absolute(const Lookup& ns_per_item, const CounterLookup& counter, const json& target) {
     const std::string name = target.at("benchmark").get<std::string>();
     const auto value = ns_per_item(name);
     if (!value) {
@@ -316,16 +328,36 @@ class Gate {
       measured = *value - share * *base_ns;
       what += ", " + fixed(measured, 1) + " ns above " + (share == 1.0 ? "" : fixed(share) + " x ") + base;
       threshold += " above " + base;
+    } else if (target.contains("above_counter")) {
+      const std::string above = target.at("above_counter").get<std::string>();
+      const auto above_ns = counter(name, above);
+      if (!above_ns) {
+        add("target " + name, "missing counter " + above, "present", false);
+        return;
+      }
+      measured = *above_ns;
+      what += ", " + above + " " + fixed(measured, 1);
+      threshold = above + " " + threshold;
     }
     bool passed = measured <= max_ns;
-    if (!passed && target.contains("or_within_ns_of")) {
+    if (target.contains("or_within_ns_of")) {
       const std::string other = target.at("or_within_ns_of").get<std::string>();
       const double within = target.at("within_ns").get<double>();
       if (const auto other_ns = ns_per_item(other)) {
         what += ", " + fixed(*value - *other_ns, 1) + " ns above " + other;
-        passed = *value - *other_ns <= within;
+        passed = passed || *value - *other_ns <= within;
       }
       threshold += ", or within " + fixed(within, 0) + " ns of " + other;
+    } else if (target.contains("or_within_counter")) {
+      const std::string within_counter = target.at("or_within_counter").get<std::string>();
+      const double within = target.at("within_ns").get<double>();
+      if (const auto within_ns = counter(name, within_counter)) {
+        what += ", " + within_counter + " " + fixed(*within_ns, 1);
+        passed = passed || *within_ns <= within;
+      } else {
+        what += ", counter " + within_counter + " missing";
+      }
+      threshold += ", or " + within_counter + " <= " + fixed(within, 0) + " ns";
     }
     add("target " + name, what, threshold, passed);
   }
