@@ -88,10 +88,12 @@ void ManagerCore::run_locked(ResidencyTransitionReport& report, const std::optio
   FHELIUM_CHECK(!record.discarded, "a plan acts on a value discarded before its action");
   // Every argument is checked before any state is read for no-op detection.
   transitions_.check_arguments(action, stream);
+  // Host actions sample no allocator: the calls are skipped, not just empty.
   const auto allocator_device = allocator_device_for(action, record);
-  const auto before = sample_allocator_locked(allocator_device);
+  std::pair<std::optional<std::int64_t>, std::optional<std::int64_t>> before, after;
+  if (allocator_device) [[unlikely]] before = sample_allocator_locked(allocator_device);
   const TransitionDecision decision = transitions_.decide_and_apply(action, record, stream);
-  const auto after = sample_allocator_locked(allocator_device);
+  if (allocator_device) [[unlikely]] after = sample_allocator_locked(allocator_device);
   report.no_op = decision.changes_nothing();
   report.source = decision.source;
   report.destination = decision.destination;
