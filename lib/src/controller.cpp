@@ -249,7 +249,8 @@ ResidencyUse ResidencyController::use(ResidencyRequest request, ConsumerStreams 
   for (const auto& location : request.locations()) {
     if (location.is_cuda() && consumer_streams.count(location) == 0) missing.push_back(location);
   }
-  for (const auto& [location, stream] : consumer_streams) {
+  for (const auto& entry : consumer_streams) {
+    const ResidencyLocation& location = entry.first;  // a named reference: lambdas may capture it
     const bool required = std::any_of(request.requirements.begin(), request.requirements.end(),
                                       [&](const ResidencyRequirement& r) { return r.location == location; });
     if (!required) unexpected.push_back(location);

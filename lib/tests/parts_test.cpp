@@ -74,7 +74,7 @@ FakeView view(ReplicaMode mode, bool with_source, std::vector<ResidencyLocation>
   ValueRecord record{1,
                      ResidencyValueSpec("T", 64, 64, mode,
                                         with_source ? Recoverability::reconstructible : Recoverability::must_preserve),
-                     nullptr, std::nullopt, false, {}, 0, {}, nullptr};
+                     nullptr, std::nullopt};
   if (with_source) {
     record.source = make_source([]() -> ResidentValue { throw std::logic_error("the rules never load"); });
     record.source_location = PINNED_HOST;

@@ -58,7 +58,14 @@ ResidencyHandle ManagerCore::register_source(ResidencyValueSpec spec, std::share
 
 template <class Action, class... Fields>
 ResidencyTransitionReport ManagerCore::run_action(const std::optional<c10::Stream>& stream, const Fields&... fields) {
+#if defined(__cpp_aggregate_paren_init)
+  // The action (an aggregate) built in place from the fields.
   ResidencyTransitionReport report(RecordAssembly::key(), std::in_place, std::in_place_type<Action>, fields...);
+#else
+  // Compilers without parenthesized aggregate initialization (clang before
+  // 16) build it first and move it in.
+  ResidencyTransitionReport report(RecordAssembly::key(), std::in_place, Action{fields...});
+#endif
   validate_handle(action_handle(report.action));
   StateAccess access(*this);
   require_open_locked();

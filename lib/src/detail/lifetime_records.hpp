@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "detail/value_table.hpp"
@@ -21,7 +22,12 @@ enum class LeaseState { active, pending };
 // The values a lease or hold covers: usually one, kept inline.
 using CoveredRecords = InlineVector<ValueRecord*, 2>;
 
+// Each record has a constructor, so that the lifetime tables can emplace
+// it on compilers without C++20's parenthesized aggregate initialization
+// (clang before 16).
 struct LeaseRecord {
+  LeaseRecord(CoveredRecords&& records, ResidencyLocation location) : records(std::move(records)), location(location) {}
+
   CoveredRecords records;
   ResidencyLocation location;
   LeaseState state = LeaseState::active;
@@ -32,11 +38,16 @@ struct LeaseRecord {
 };
 
 struct HoldRecord {
+  HoldRecord(CoveredRecords&& records, ResidencyLocation location) : records(std::move(records)), location(location) {}
+
   CoveredRecords records;
   ResidencyLocation location;
 };
 
 struct ReservationRecord {
+  ReservationRecord(ResidencyLocation location, std::int64_t nbytes, std::string label)
+      : location(location), nbytes(nbytes), label(std::move(label)) {}
+
   ResidencyLocation location;
   std::int64_t nbytes = 0;
   std::string label;

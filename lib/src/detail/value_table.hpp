@@ -49,6 +49,13 @@ struct Materialization {
 // the type is the spec's, so the handle is rebuilt where one is handed out
 // (ValueTable::handle_of), and the fields a snapshot reads stay few lines.
 struct ValueRecord {
+  // A constructor, not aggregate initialization: emplace_back() of an
+  // aggregate needs C++20's parenthesized initialization, which not every
+  // supported compiler has (clang before 16).
+  ValueRecord(std::uint64_t serial, ResidencyValueSpec spec, std::shared_ptr<ResidencySource> source,
+              std::optional<ResidencyLocation> source_location)
+      : serial(serial), spec(std::move(spec)), source(std::move(source)), source_location(source_location) {}
+
   std::uint64_t serial;
   ResidencyValueSpec spec;
   std::shared_ptr<ResidencySource> source;
