@@ -5,7 +5,8 @@ repetition, not the mean); `above` subtracts a share of another benchmark,
 `or_within_ns_of` passes a target missed outright when the benchmark is
 close enough to its reference, `above_counter` and `or_within_counter` read
 the median of a counter the benchmark reports (a baseline it timed in the
-same iterations), and `ratio_to` bounds a benchmark by a multiple of another.
+same iterations), `ratio_to` bounds a benchmark by a multiple of another
+and `ratio_counter` by the median of its ratio counter.
 
 Usage: gate-benchmarks-test.py RESIDENCY_GATE WORK_DIR"""
 import json
@@ -66,6 +67,9 @@ def main():
     benchmarks += paired("BM_PairedEnsure/manual_time", 1000.0, "above_load_ns", [300.0, 100.0, 120.0])
     benchmarks += paired("BM_PairedDrop/manual_time", 300.0, "above_release_ns", [40.0, 110.0, 45.0])
     benchmarks += paired("BM_PairedFar/manual_time", 300.0, "above_release_ns", [90.0, 60.0, 55.0])
+    # Ratio counters: median 1.005 meets 1.01, median 1.02 does not.
+    benchmarks += paired("BM_PairedLarge/manual_time", 3e7, "ratio_to_clone", [1.005, 1.2, 0.99])
+    benchmarks += paired("BM_PairedSlow/manual_time", 3e7, "ratio_to_clone", [1.0, 1.02, 1.03])
     # 1.02x and 1.00x the raw clone.
     benchmarks += [run("BM_Large/real_time", 102.0), run("BM_Fair/real_time", 100.0),
                    run("BM_Clone/real_time", 100.0)]
@@ -96,6 +100,8 @@ def main():
              "within_ns": 50},
             {"benchmark": "BM_PairedFar/manual_time", "max_ns": 100, "or_within_counter": "above_release_ns",
              "within_ns": 50},
+            {"benchmark": "BM_PairedLarge/manual_time", "max_ratio": 1.01, "ratio_counter": "ratio_to_clone"},
+            {"benchmark": "BM_PairedSlow/manual_time", "max_ratio": 1.01, "ratio_counter": "ratio_to_clone"},
             {"benchmark": "BM_Large/real_time", "max_ratio": 1.01, "ratio_to": "BM_Clone/real_time"},
             {"benchmark": "BM_Fair/real_time", "max_ratio": 1.01, "ratio_to": "BM_Clone/real_time"},
         ],
@@ -133,6 +139,8 @@ def main():
                                                (False, "missing counter absent_ns")],
         "target BM_PairedDrop/manual_time": [(True, "300.0 ns/item, above_release_ns 45.0")],
         "target BM_PairedFar/manual_time": [(False, "300.0 ns/item, above_release_ns 60.0")],
+        "target BM_PairedLarge/manual_time": [(True, "30000000.0 ns/item, ratio_to_clone 1.005")],
+        "target BM_PairedSlow/manual_time": [(False, "30000000.0 ns/item, ratio_to_clone 1.020")],
         "target BM_Large/real_time": [(False, "102.0 ns/item = 1.020x BM_Clone/real_time")],
         "target BM_Fair/real_time": [(True, "100.0 ns/item = 1.000x BM_Clone/real_time")],
         "complexity BM_Scan": [(True, "O(N^1.00)")],

@@ -291,13 +291,27 @@ class Gate {
   // same iterations); or, failing that, within `within_ns` of
   // `or_within_ns_of`, or with its counter `or_within_counter` at most
   // `within_ns`. A target with `ratio_to` instead bounds the benchmark's
-  // time per item by `max_ratio` times that benchmark's.
+  // time per item by `max_ratio` times that benchmark's, and one with
+  // `ratio_counter` bounds that counter (a ratio to a baseline timed in the
+  // same iterations) by `max_ratio`.
   template <class Lookup, class CounterLookup>
   void absolute(const Lookup& ns_per_item, const CounterLookup& counter, const json& target) {
     const std::string name = target.at("benchmark").get<std::string>();
     const auto value = ns_per_item(name);
     if (!value) {
       add("target " + name, "missing", "present", false);
+      return;
+    }
+    if (target.contains("ratio_counter")) {
+      const std::string ratio_name = target.at("ratio_counter").get<std::string>();
+      const double max_ratio = target.at("max_ratio").get<double>();
+      const auto ratio = counter(name, ratio_name);
+      if (!ratio) {
+        add("target " + name, "missing counter " + ratio_name, "present", false);
+        return;
+      }
+      add("target " + name, fixed(*value, 1) + " ns/item, " + ratio_name + " " + fixed(*ratio, 3),
+          ratio_name + " <= " + fixed(max_ratio, 3), *ratio <= max_ratio);
       return;
     }
     if (target.contains("ratio_to")) {
