@@ -161,8 +161,13 @@ void BM_TorchEnsureFromSource(benchmark::State& state) {
     auto manager = fresh_manager();
     handles.clear();
     for (std::int64_t i = 0; i < batch; ++i) handles.push_back(manager->register_source(spec, source, PAGEABLE_HOST));
-    paired.run([&] { for (const auto& handle : handles) benchmark::DoNotOptimize(manager->ensure(handle, PAGEABLE_HOST)); },
-               [&] { for (std::int64_t i = 0; i < batch; ++i) loaded.push_back(source->load()); });
+    paired.run(
+        [&] {
+          for (const auto& handle : handles) benchmark::DoNotOptimize(manager->ensure(handle, PAGEABLE_HOST));
+        },
+        [&] {
+          for (std::int64_t i = 0; i < batch; ++i) loaded.push_back(source->load());
+        });
     loaded.clear();
   }
 }
@@ -187,8 +192,13 @@ void BM_TorchDrop(benchmark::State& state) {
       manager->ensure(handles.back(), PAGEABLE_HOST);
       bare.push_back(source->load());
     }
-    paired.run([&] { for (const auto& handle : handles) benchmark::DoNotOptimize(manager->drop(handle, PAGEABLE_HOST)); },
-               [&] { for (auto& value : bare) ResidentValue released = std::move(value); });
+    paired.run(
+        [&] {
+          for (const auto& handle : handles) benchmark::DoNotOptimize(manager->drop(handle, PAGEABLE_HOST));
+        },
+        [&] {
+          for (auto& value : bare) ResidentValue released = std::move(value);
+        });
     bare.clear();
   }
 }
