@@ -381,7 +381,8 @@ RC_GTEST_PROP(Controller, DecideSucceedsExactlyWhenANaiveExhaustiveSearchFindsAP
   const ResidencyRequest request("generated", requirements, reservations);
 
   bool exclusive_twice = false;
-  for (const auto& [value, at] : world.requirements) {
+  for (const auto& requirement : world.requirements) {
+    const auto& value = requirement.first;  // a named reference: the lambda below captures it
     const auto count = std::count_if(world.requirements.begin(), world.requirements.end(),
                                      [&](const auto& other) { return other.first == value; });
     exclusive_twice = exclusive_twice || (count > 1 && world.values[value].exclusive);

@@ -222,9 +222,10 @@ std::vector<Event> run_concurrently(Fixture& fixture, const std::vector<std::vec
     }
     if (op.kind == OpKind::release) {
       if (held[thread].empty()) return "none";
-      auto [lease, taken_by] = std::move(held[thread].front());
+      auto taken = std::move(held[thread].front());
       held[thread].pop_front();
-      event.ends = taken_by;  // an index in this thread's log for now
+      auto& lease = taken.first;  // a named reference: the lambda below captures it
+      event.ends = taken.second;  // an index in this thread's log for now
       return outcome_of([&] { lease.release(); });
     }
     if (op.kind == OpKind::snapshot) {
