@@ -5,15 +5,16 @@
 // in bench/thresholds.json). BM_TorchSourceLoad and BM_TorchTensorRelease
 // measure what the manager calls, so overhead above them is visible.
 //
-// Ensure, drop and execute_actions are also judged by how much they cost
-// above what they call (a source load, a tensor release), and the 64 MiB
-// ensure by its ratio to the raw clone. Those four time their baseline in
-// the same iteration, on the same heap, in alternating order, and report it
-// as counters: per item `load_ns` / `release_ns` / `clone_ns`, the operation
-// above it (`above_load_ns`, ...), and the ratio of the two (`ratio_to_load`,
-// ...). A difference
-// of two benchmarks run seconds apart would instead carry whatever the host
-// did in between (page faults alone move a load by hundreds of ns here).
+// Ensure, drop and execute_actions are judged by how much they cost above
+// what they call (a source load, a tensor release), and the 64 MiB ensure by
+// its ratio to the raw clone: by the difference from the baseline benchmark,
+// and again by a *Paired twin that times its baseline in the same
+// iterations, on the same heap, in alternating order, and reports counters:
+// per item `load_ns` / `release_ns` / `clone_ns`, the operation above it
+// (`above_load_ns`, ...), and the ratio of the two (`ratio_to_load`, ...).
+// The gate holds both to the same limits. A difference of two benchmarks run
+// seconds apart carries whatever the host did in between (page faults alone
+// move a load by hundreds of ns here); a paired one does not.
 #include <ATen/ops/arange.h>
 #include <ATen/ops/empty.h>
 #include <benchmark/benchmark.h>
@@ -131,78 +132,85 @@ void BM_TorchAdopt(benchmark::State& state) {
 }
 BENCHMARK(BM_TorchAdopt);
 
-void BM_TorchRegisterSource(benchmark::State& state) {
+// register_source, then ensure each, then drop each: one phase timed per benchmark.
+enum class Phase { register_source, ensure, drop };
+
+void source_phase(benchmark::State& state, Phase timed) {
   const ResidencyValueSpec spec = source_spec();
   const auto source = clone_source(template_tensor());
   std::unique_ptr<ResidencyManager> manager;
   std::vector<ResidencyHandle> handles;
-  handles.reserve(static_cast<std::size_t>(batch));
   while (state.KeepRunningBatch(batch)) {
     state.PauseTiming();
     manager = fresh_manager();
     handles.clear();
-    state.ResumeTiming();
+    if (timed == Phase::register_source) state.ResumeTiming();
     for (std::int64_t i = 0; i < batch; ++i) handles.push_back(manager->register_source(spec, source, PAGEABLE_HOST));
+    if (timed == Phase::register_source) state.PauseTiming();
+    if (timed == Phase::ensure) state.ResumeTiming();
+    for (const auto& handle : handles) benchmark::DoNotOptimize(manager->ensure(handle, PAGEABLE_HOST));
+    if (timed == Phase::ensure) state.PauseTiming();
+    if (timed == Phase::drop) state.ResumeTiming();
+    for (const auto& handle : handles) benchmark::DoNotOptimize(manager->drop(handle, PAGEABLE_HOST));
+    if (timed != Phase::drop) state.ResumeTiming();
   }
   state.SetItemsProcessed(state.iterations());
 }
+void BM_TorchRegisterSource(benchmark::State& state) { source_phase(state, Phase::register_source); }
 BENCHMARK(BM_TorchRegisterSource);
+void BM_TorchEnsureFromSource(benchmark::State& state) { source_phase(state, Phase::ensure); }
+BENCHMARK(BM_TorchEnsureFromSource);
+void BM_TorchDrop(benchmark::State& state) { source_phase(state, Phase::drop); }
+BENCHMARK(BM_TorchDrop);
 
-// Ensures of 1000 registered sources, paired with 1000 loads of the same
-// source, kept as the ensures keep theirs.
-void BM_TorchEnsureFromSource(benchmark::State& state) {
+// The ensure and drop phases again, each paired with its baseline: ensures
+// of 1000 registered sources with as many loads of the same source, kept as
+// the ensures keep theirs; drops of 1000 ensured values with releasing as
+// many bare values made the same way. For drop the two sets are made in
+// turn, one value of each, so that neither lies next to the heap's top:
+// whichever phase freed the memory there would pay for returning it to the
+// system.
+void paired_source_phase(benchmark::State& state, Phase timed) {
   const ResidencyValueSpec spec = source_spec();
   const auto source = clone_source(template_tensor());
   std::vector<ResidencyHandle> handles;
-  std::vector<ResidentValue> loaded;
-  loaded.reserve(static_cast<std::size_t>(batch));
-  Paired paired(state, "load");
-  while (state.KeepRunningBatch(batch)) {
-    auto manager = fresh_manager();
-    handles.clear();
-    for (std::int64_t i = 0; i < batch; ++i) handles.push_back(manager->register_source(spec, source, PAGEABLE_HOST));
-    paired.run(
-        [&] {
-          for (const auto& handle : handles) benchmark::DoNotOptimize(manager->ensure(handle, PAGEABLE_HOST));
-        },
-        [&] {
-          for (std::int64_t i = 0; i < batch; ++i) loaded.push_back(source->load());
-        });
-    loaded.clear();
-  }
-}
-BENCHMARK(BM_TorchEnsureFromSource)->UseManualTime();
-
-// Drops of 1000 ensured values, paired with releasing 1000 bare values
-// made the same way (a load each). The two sets are made in turn, one value
-// of each, so that neither lies next to the heap's top: whichever phase
-// freed the memory there would pay for returning it to the system.
-void BM_TorchDrop(benchmark::State& state) {
-  const ResidencyValueSpec spec = source_spec();
-  const auto source = clone_source(template_tensor());
-  std::vector<ResidencyHandle> handles;
-  std::vector<ResidentValue> bare;
-  bare.reserve(static_cast<std::size_t>(batch));
-  Paired paired(state, "release");
+  std::vector<ResidentValue> baseline_values;
+  baseline_values.reserve(static_cast<std::size_t>(batch));
+  Paired paired(state, timed == Phase::ensure ? "load" : "release");
   while (state.KeepRunningBatch(batch)) {
     auto manager = fresh_manager();
     handles.clear();
     for (std::int64_t i = 0; i < batch; ++i) {
       handles.push_back(manager->register_source(spec, source, PAGEABLE_HOST));
-      manager->ensure(handles.back(), PAGEABLE_HOST);
-      bare.push_back(source->load());
+      if (timed == Phase::drop) {
+        manager->ensure(handles.back(), PAGEABLE_HOST);
+        baseline_values.push_back(source->load());
+      }
     }
-    paired.run(
-        [&] {
-          for (const auto& handle : handles) benchmark::DoNotOptimize(manager->drop(handle, PAGEABLE_HOST));
-        },
-        [&] {
-          for (auto& value : bare) ResidentValue released = std::move(value);
-        });
-    bare.clear();
+    if (timed == Phase::ensure) {
+      paired.run(
+          [&] {
+            for (const auto& handle : handles) benchmark::DoNotOptimize(manager->ensure(handle, PAGEABLE_HOST));
+          },
+          [&] {
+            for (std::int64_t i = 0; i < batch; ++i) baseline_values.push_back(source->load());
+          });
+    } else {
+      paired.run(
+          [&] {
+            for (const auto& handle : handles) benchmark::DoNotOptimize(manager->drop(handle, PAGEABLE_HOST));
+          },
+          [&] {
+            for (auto& value : baseline_values) ResidentValue released = std::move(value);
+          });
+    }
+    baseline_values.clear();
   }
 }
-BENCHMARK(BM_TorchDrop)->UseManualTime();
+void BM_TorchEnsureFromSourcePaired(benchmark::State& state) { paired_source_phase(state, Phase::ensure); }
+BENCHMARK(BM_TorchEnsureFromSourcePaired)->UseManualTime();
+void BM_TorchDropPaired(benchmark::State& state) { paired_source_phase(state, Phase::drop); }
+BENCHMARK(BM_TorchDropPaired)->UseManualTime();
 
 void BM_TorchAcquireRelease(benchmark::State& state) {
   auto manager = fresh_manager();
@@ -249,8 +257,22 @@ void BM_TorchExplain(benchmark::State& state) {
 }
 BENCHMARK(BM_TorchExplain);
 
-// The plan's 1000 actions, paired with the 500 loads its ensures make.
 void BM_TorchExecuteActions(benchmark::State& state) {
+  while (state.KeepRunningBatch(batch)) {
+    state.PauseTiming();
+    auto plan = std::make_unique<MixedPlan>();
+    state.ResumeTiming();
+    benchmark::DoNotOptimize(plan->manager->execute_actions(plan->actions, "mixed"));
+    state.PauseTiming();
+    plan.reset();
+    state.ResumeTiming();
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_TorchExecuteActions);
+
+// The plan's 1000 actions paired with the 500 loads its ensures make.
+void BM_TorchExecuteActionsPaired(benchmark::State& state) {
   const auto source = clone_source(template_tensor());
   std::vector<ResidentValue> loaded;
   loaded.reserve(static_cast<std::size_t>(batch / 2));
@@ -258,20 +280,46 @@ void BM_TorchExecuteActions(benchmark::State& state) {
   while (state.KeepRunningBatch(batch)) {
     MixedPlan plan;
     paired.run([&] { benchmark::DoNotOptimize(plan.manager->execute_actions(plan.actions, "mixed")); },
-               [&] { for (std::int64_t i = 0; i < batch / 2; ++i) loaded.push_back(source->load()); });
+               [&] {
+                 for (std::int64_t i = 0; i < batch / 2; ++i) loaded.push_back(source->load());
+               });
     loaded.clear();
   }
 }
-BENCHMARK(BM_TorchExecuteActions)->UseManualTime();
+BENCHMARK(BM_TorchExecuteActionsPaired)->UseManualTime();
 
-// A 64 MiB source-backed ensure (and its drop), paired with the raw clone
-// of the same bytes (and its release): `ratio_to_clone` is the ensure's time
-// over the clone's. At 30 ms an operation a run holds only a few of each,
-// and the system's page-fault work on fresh mappings moves either by tens of
-// percent from one to the next; paired, both see the same.
+// A 64 MiB source-backed ensure against the raw clone of the same bytes.
 constexpr std::int64_t large_elements = (64 << 20) / 8;
 
 void BM_TorchLargeEnsure(benchmark::State& state) {
+  const at::Tensor original = at::arange(large_elements, at::TensorOptions().dtype(at::kLong));
+  const ResidencyValueSpec spec("Blob", large_elements * 8, large_elements * 8, ReplicaMode::replicable,
+                                Recoverability::reconstructible);
+  auto manager = fresh_manager();
+  const ResidencyHandle handle = manager->register_source(spec, clone_source(original), PAGEABLE_HOST);
+  for (auto _ : state) {
+    manager->ensure(handle, PAGEABLE_HOST);
+    manager->drop(handle, PAGEABLE_HOST);
+  }
+  state.SetItemsProcessed(state.iterations());
+  state.SetBytesProcessed(state.iterations() * large_elements * 8);
+}
+BENCHMARK(BM_TorchLargeEnsure)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+void BM_TorchLargeClone(benchmark::State& state) {
+  const at::Tensor original = at::arange(large_elements, at::TensorOptions().dtype(at::kLong));
+  for (auto _ : state) benchmark::DoNotOptimize(original.clone());
+  state.SetItemsProcessed(state.iterations());
+  state.SetBytesProcessed(state.iterations() * large_elements * 8);
+}
+BENCHMARK(BM_TorchLargeClone)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// The 64 MiB ensure and drop paired with the raw clone and release of the
+// same bytes: `ratio_to_clone` is the ensure's time over the clone's. At
+// 30 ms an operation a run holds only a few of each, and the system's
+// page-fault work on fresh mappings moves either by tens of percent from one
+// to the next; paired, both see the same.
+void BM_TorchLargeEnsurePaired(benchmark::State& state) {
   const at::Tensor original = at::arange(large_elements, at::TensorOptions().dtype(at::kLong));
   const ResidencyValueSpec spec("Blob", large_elements * 8, large_elements * 8, ReplicaMode::replicable,
                                 Recoverability::reconstructible);
@@ -290,15 +338,7 @@ void BM_TorchLargeEnsure(benchmark::State& state) {
   }
   state.SetBytesProcessed(state.iterations() * large_elements * 8);
 }
-BENCHMARK(BM_TorchLargeEnsure)->UseManualTime()->Unit(benchmark::kMillisecond);
-
-void BM_TorchLargeClone(benchmark::State& state) {
-  const at::Tensor original = at::arange(large_elements, at::TensorOptions().dtype(at::kLong));
-  for (auto _ : state) benchmark::DoNotOptimize(original.clone());
-  state.SetItemsProcessed(state.iterations());
-  state.SetBytesProcessed(state.iterations() * large_elements * 8);
-}
-BENCHMARK(BM_TorchLargeClone)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_TorchLargeEnsurePaired)->UseManualTime()->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace fhelium::bench
