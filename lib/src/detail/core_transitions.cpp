@@ -59,7 +59,9 @@ ResidencyHandle ManagerCore::register_source(ResidencyValueSpec spec, std::share
 template <class Action, class... Fields>
 ResidencyTransitionReport ManagerCore::run_action(const std::optional<c10::Stream>& stream, const Fields&... fields) {
 #if defined(__cpp_aggregate_paren_init)
-  // The action (an aggregate) built in place from the fields.
+  // The action (an aggregate) built in place from the fields: building it
+  // first and moving it in, as below, costs about 95 instructions more per
+  // call (callgrind, ensure and drop).
   ResidencyTransitionReport report(RecordAssembly::key(), std::in_place, std::in_place_type<Action>, fields...);
 #else
   // Compilers without parenthesized aggregate initialization (clang before
