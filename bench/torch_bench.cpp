@@ -291,16 +291,24 @@ BENCHMARK(BM_TorchExecuteActionsPaired)->UseManualTime();
 // A 64 MiB source-backed ensure against the raw clone of the same bytes.
 constexpr std::int64_t large_elements = (64 << 20) / 8;
 
-void BM_TorchLargeEnsure(benchmark::State& state) {
+// A manager with one registered 64 MiB source that clones `original`.
+struct LargeValue {
   const at::Tensor original = at::arange(large_elements, at::TensorOptions().dtype(at::kLong));
-  const ResidencyValueSpec spec("Blob", large_elements * 8, large_elements * 8, ReplicaMode::replicable,
-                                Recoverability::reconstructible);
-  auto manager = fresh_manager();
-  const ResidencyHandle handle = manager->register_source(spec, clone_source(original), PAGEABLE_HOST);
-  for (auto _ : state) {
+  std::unique_ptr<ResidencyManager> manager = fresh_manager();
+  const ResidencyHandle handle =
+      manager->register_source(ResidencyValueSpec("Blob", large_elements * 8, large_elements * 8,
+                                                  ReplicaMode::replicable, Recoverability::reconstructible),
+                               clone_source(original), PAGEABLE_HOST);
+
+  void ensure_and_drop() {
     manager->ensure(handle, PAGEABLE_HOST);
     manager->drop(handle, PAGEABLE_HOST);
   }
+};
+
+void BM_TorchLargeEnsure(benchmark::State& state) {
+  LargeValue large;
+  for (auto _ : state) large.ensure_and_drop();
   state.SetItemsProcessed(state.iterations());
   state.SetBytesProcessed(state.iterations() * large_elements * 8);
 }
@@ -320,20 +328,11 @@ BENCHMARK(BM_TorchLargeClone)->UseRealTime()->Unit(benchmark::kMillisecond);
 // page-fault work on fresh mappings moves either by tens of percent from one
 // to the next; paired, both see the same.
 void BM_TorchLargeEnsurePaired(benchmark::State& state) {
-  const at::Tensor original = at::arange(large_elements, at::TensorOptions().dtype(at::kLong));
-  const ResidencyValueSpec spec("Blob", large_elements * 8, large_elements * 8, ReplicaMode::replicable,
-                                Recoverability::reconstructible);
-  auto manager = fresh_manager();
-  const ResidencyHandle handle = manager->register_source(spec, clone_source(original), PAGEABLE_HOST);
+  LargeValue large;
   {
     Paired paired(state, "clone");
     for (auto _ : state) {
-      paired.run(
-          [&] {
-            manager->ensure(handle, PAGEABLE_HOST);
-            manager->drop(handle, PAGEABLE_HOST);
-          },
-          [&] { benchmark::DoNotOptimize(original.clone()); });
+      paired.run([&] { large.ensure_and_drop(); }, [&] { benchmark::DoNotOptimize(large.original.clone()); });
     }
   }
   state.SetBytesProcessed(state.iterations() * large_elements * 8);
