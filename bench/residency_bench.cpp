@@ -6,6 +6,7 @@
 #include <ATen/ops/arange.h>
 #include <ATen/ops/empty.h>
 #include <benchmark/benchmark.h>
+#include <malloc.h>
 
 #include <filesystem>
 #include <memory>
@@ -297,4 +298,20 @@ BENCHMARK(BM_Contention)->Setup(contention_setup)->Teardown(contention_teardown)
 }  // namespace
 }  // namespace fhelium::bench
 
-BENCHMARK_MAIN();
+// The heap keeps what it frees. By default glibc returns the top of its heap
+// to the system once 128 KiB lie free there, and moves its mmap threshold
+// with the sizes freed; batches here free megabytes at a time, so the next
+// batch faults every page back in (in a VM, about a microsecond a page). The
+// benchmarks would then time the kernel, on both sides of every comparison
+// and differently from run to run: a 4 KiB load measured 0.9 us with this
+// and 1 to 5 us without it, in consecutive runs on one 2-core VM.
+int main(int argc, char** argv) {
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  mallopt(M_TOP_PAD, 64 << 20);
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);  // glibc's largest; a fixed threshold stops the adapting
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
