@@ -1318,7 +1318,19 @@ TEST(PlanDryRun, PredictsPeaksAndRefusalsWithoutTouchingTheState) {
   // Within the 8-byte budget only because the drop comes between the ensures.
   const auto feasible = fixture.dry_run.run({&ensure_first, &drop_first, &ensure_second}, {}, 0, nullptr);
   EXPECT_FALSE(feasible.failure.has_value());
-  EXPECT_EQ(feasible.records, (std::vector<ValueRecord*>{&first, &first, &second}));
+  ASSERT_EQ(feasible.steps.size(), 3u);
+  EXPECT_EQ(feasible.steps[0].record, &first);
+  EXPECT_EQ(feasible.steps[1].record, &first);
+  EXPECT_EQ(feasible.steps[2].record, &second);
+  // Each step carries the decision execution will carry out: a copy to
+  // CUDA0 from the host, its removal again, the second value's copy.
+  EXPECT_TRUE(feasible.steps[0].decision.install && !feasible.steps[0].decision.load);
+  EXPECT_EQ(feasible.steps[0].decision.source, PAGEABLE_HOST);
+  EXPECT_EQ(feasible.steps[0].decision.destination, CUDA0);
+  EXPECT_EQ(feasible.steps[1].decision.remove, CUDA0);
+  EXPECT_FALSE(feasible.steps[1].decision.install);
+  EXPECT_EQ(feasible.steps[2].decision.destination, CUDA0);
+  EXPECT_TRUE(feasible.steps[2].decision.install);
   const auto peak_at = [](const PlanDryRun::Result& result, const ResidencyLocation& at) {
     for (const auto& [location, peak] : result.peaks) {
       if (location == at) return peak;

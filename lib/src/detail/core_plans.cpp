@@ -138,13 +138,13 @@ ResidencyPlanReport ManagerCore::execute_actions(const std::vector<ResidencyActi
   if (preflight.failure) {
     throw ResidencyPlanError("residency plan '" + name + "' is infeasible: " + *preflight.failure);
   }
-  FHELIUM_CHECK(preflight.records.size() == actions.size(), "a feasible preflight resolves every action");
+  FHELIUM_CHECK(preflight.steps.size() == actions.size(), "a feasible preflight decides every action");
   std::vector<ResidencyTransitionReport> transitions;
   transitions.reserve(actions.size());
   for (std::size_t index = 0; index < actions.size(); ++index) {
     try {
       // Each action after the first starts when the previous one completed.
-      append_run_locked(transitions, actions[index], stream_for(actions[index], streams), preflight.records[index],
+      append_run_locked(transitions, actions[index], stream_for(actions[index], streams), &preflight.steps[index],
                         previous_completion(transitions, 0));
     } catch (...) {
       throw_execution_error(name, {PlanPhase::execute, actions[index], static_cast<std::int64_t>(index)},
@@ -169,7 +169,7 @@ ScopeEntry ManagerCore::enter_scope(const ResidencyPlan& plan, const TransferStr
   if (preflight.failure) {
     throw ResidencyPlanError("residency plan '" + plan.name + "' is infeasible: " + *preflight.failure);
   }
-  FHELIUM_CHECK(preflight.records.size() == actions.size(), "a feasible preflight resolves every action");
+  FHELIUM_CHECK(preflight.steps.size() == actions.size(), "a feasible preflight decides every action");
   // Admitted reservations are released on every failure path of entry.
   ScopeExit release_reservations([&] {
     for (auto it = entry.reservation_tokens.rbegin(); it != entry.reservation_tokens.rend(); ++it) {
@@ -182,7 +182,7 @@ ScopeEntry ManagerCore::enter_scope(const ResidencyPlan& plan, const TransferStr
     for (std::size_t index = 0; index < phase_actions.size(); ++index) {
       try {
         append_run_locked(entry.transitions, phase_actions[index], stream_for(phase_actions[index], streams),
-                          preflight.records[first + index], previous_completion(entry.transitions, before));
+                          &preflight.steps[first + index], previous_completion(entry.transitions, before));
       } catch (...) {
         throw_execution_error(plan.name, {phase, phase_actions[index], static_cast<std::int64_t>(index)},
                               entry.transitions, entry.started_at_ns, clock_locked());

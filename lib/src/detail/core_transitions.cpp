@@ -89,19 +89,21 @@ template ResidencyTransitionReport ManagerCore::run_action<DiscardValue>(const s
                                                                          const ResidencyHandle&);
 
 void ManagerCore::run_locked(ResidencyTransitionReport& report, const std::optional<c10::Stream>& stream,
-                             ValueRecord* resolved, std::optional<std::int64_t> started_at_ns) {
+                             const PlanDryRun::Step* planned, std::optional<std::int64_t> started_at_ns) {
   const ResidencyAction& action = report.action;
   reap_locked();
   const std::int64_t started = started_at_ns ? *started_at_ns : clock_locked();
-  ValueRecord& record = resolved != nullptr ? *resolved : values_.lookup(action_handle(action));
+  ValueRecord& record = planned != nullptr ? *planned->record : values_.lookup(action_handle(action));
   FHELIUM_CHECK(!record.discarded, "a plan acts on a value discarded before its action");
-  // Every argument is checked before any state is read for no-op detection.
-  transitions_.check_arguments(action, stream);
+  // Every argument is checked before any state is read for no-op detection
+  // (a planned action's were, by its preflight).
+  if (planned == nullptr) transitions_.check_arguments(action, stream);
   // Host actions sample no allocator: the calls are skipped, not just empty.
   const auto allocator_device = allocator_device_for(action, record);
   std::pair<std::optional<std::int64_t>, std::optional<std::int64_t>> before, after;
   if (allocator_device) [[unlikely]] before = sample_allocator_locked(allocator_device);
-  const TransitionDecision decision = transitions_.decide_and_apply(action, record, stream);
+  const TransitionDecision decision = planned != nullptr ? transitions_.apply_planned(planned->decision, record, stream)
+                                                         : transitions_.decide_and_apply(action, record, stream);
   if (allocator_device) [[unlikely]] after = sample_allocator_locked(allocator_device);
   report.no_op = decision.changes_nothing();
   report.source = decision.source;
@@ -120,11 +122,11 @@ void ManagerCore::run_locked(ResidencyTransitionReport& report, const std::optio
 }
 
 void ManagerCore::append_run_locked(std::vector<ResidencyTransitionReport>& reports, const ResidencyAction& action,
-                                    const std::optional<c10::Stream>& stream, ValueRecord* record,
+                                    const std::optional<c10::Stream>& stream, const PlanDryRun::Step* planned,
                                     std::optional<std::int64_t> started_at_ns) {
   ResidencyTransitionReport& report = reports.emplace_back(RecordAssembly::key(), std::in_place, action);
   try {
-    run_locked(report, stream, record, started_at_ns);
+    run_locked(report, stream, planned, started_at_ns);
   } catch (...) {
     reports.pop_back();
     throw;

@@ -149,7 +149,7 @@ PlanDryRun::Result PlanDryRun::run(const std::vector<const ResidencyAction*>& ac
                                    const std::vector<MemoryReservation>& reservations, std::size_t reservations_after,
                                    std::vector<ResidencyActionExplanation>* explanations) {
   Result result;
-  result.records.reserve(actions.size());
+  result.steps.reserve(actions.size());
   Shadow shadow(ledger_, runtime_, ++runs_);
 
   const auto admit_reservations = [&]() -> std::optional<std::string> {
@@ -172,7 +172,6 @@ PlanDryRun::Result PlanDryRun::run(const std::vector<const ResidencyAction*>& ac
       return {false, false, std::nullopt, std::nullopt, 0, 0, error.what()};
     }
     const ValueRecord& record = *record_pointer;
-    result.records.push_back(record_pointer);
     if (!shadow.discarded.empty() && shadow.discarded.count(&record) != 0) {
       // Discarded earlier in this plan: reported like an unknown handle, with
       // no bytes, source or destination (the reference's failed explanation).
@@ -201,7 +200,7 @@ PlanDryRun::Result PlanDryRun::run(const std::vector<const ResidencyAction*>& ac
 
     ShadowLocations& locations = shadow.locations_of(record);
     const ShadowView view(record, locations, lifetimes_, runtime_);
-    const TransitionDecision decision = decide_transition(action, view);
+    const TransitionDecision& decision = result.steps.emplace_back(Step{record_pointer, decide_transition(action, view)}).decision;
     std::optional<std::string> reason;
     if (decision.refused()) {
       reason = refusal_reason(decision, decision.refusal == Refusal::discard_protected

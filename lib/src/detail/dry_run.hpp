@@ -19,6 +19,7 @@
 
 #include "detail/ledger.hpp"
 #include "detail/lifetime_table.hpp"
+#include "detail/transition_rules.hpp"
 #include "detail/value_table.hpp"
 #include "fhelium/residency/plan.hpp"
 #include "fhelium/residency/runtime.hpp"
@@ -28,13 +29,21 @@ namespace fhelium::residency::detail {
 
 class PlanDryRun {
  public:
+  // One action as the dry run decided it: its value record and the
+  // transition rules' decision against the shadow.
+  struct Step {
+    ValueRecord* record;
+    TransitionDecision decision;
+  };
   // What a dry run found: the first refusal's reason (none when the plan is
-  // feasible), each action's value record in order (complete only when
-  // feasible: then none is discarded before its action runs, and execution
-  // reuses them) and the predicted peak per location.
+  // feasible), each action's step in order (complete only when feasible:
+  // then no value is discarded before its action runs, the shadow each
+  // decision was made against is the real state the action will meet when
+  // the actions before it have run, and execution carries the decisions out
+  // instead of deciding again) and the predicted peak per location.
   struct Result {
     std::optional<std::string> failure;
-    std::vector<ValueRecord*> records;
+    std::vector<Step> steps;
     std::vector<std::pair<ResidencyLocation, std::int64_t>> peaks;
   };
 

@@ -177,17 +177,19 @@ class ManagerCore : public std::enable_shared_from_this<ManagerCore> {
 
   // Primitives (core_transitions.cpp): one action, timed and reported.
   // run_locked carries out `report.action` and fills in the rest of `report`.
-  // `record`, when given, is the action's value record, already resolved by
-  // the plan's preflight. `started_at_ns`, when given, is the action's start:
+  // `planned`, when given, is what the plan's preflight found for the action
+  // (the dry run that admitted the plan, under this same lock): its value
+  // record and its decision, so neither is made again, and its arguments
+  // were checked there. `started_at_ns`, when given, is the action's start:
   // in a run of a plan's actions, the previous action's completion, so one
   // clock read marks both.
   void run_locked(ResidencyTransitionReport& report, const std::optional<c10::Stream>& stream,
-                  ValueRecord* record = nullptr, std::optional<std::int64_t> started_at_ns = std::nullopt);
+                  const PlanDryRun::Step* planned = nullptr, std::optional<std::int64_t> started_at_ns = std::nullopt);
   // A plan's `action`, run with its report built at the end of `reports`
   // (copied there once, never moved); on a failure the report is removed
   // again and the error propagates.
   void append_run_locked(std::vector<ResidencyTransitionReport>& reports, const ResidencyAction& action,
-                         const std::optional<c10::Stream>& stream, ValueRecord* record,
+                         const std::optional<c10::Stream>& stream, const PlanDryRun::Step* planned,
                          std::optional<std::int64_t> started_at_ns);
   std::optional<c10::Device> allocator_device_for(const ResidencyAction& action, const ValueRecord& record) const;
   std::pair<std::optional<std::int64_t>, std::optional<std::int64_t>> sample_allocator_locked(

@@ -73,6 +73,13 @@ TransitionDecision Transitions::decide_and_apply(const ResidencyAction& action, 
   return decision;
 }
 
+const TransitionDecision& Transitions::apply_planned(const TransitionDecision& decision, ValueRecord& record,
+                                                    const std::optional<c10::Stream>& stream) {
+  FHELIUM_CHECK(!decision.refused(), "a refused action passed its preflight");
+  if (!decision.changes_nothing()) apply(record, decision, stream);
+  return decision;
+}
+
 void Transitions::register_location(const ResidencyLocation& location) {
   if (ledger_.register_location(location)) bump();
 }

@@ -41,6 +41,11 @@ class Transitions {
   // as before the action: temporary charges are returned, nothing installed.
   TransitionDecision decide_and_apply(const ResidencyAction& action, ValueRecord& record,
                                       const std::optional<c10::Stream>& stream);
+  // Carries out `decision`, made for `record` by the same rules against a
+  // shadow of exactly its current state (a plan's preflight): a decision
+  // that is neither a refusal nor a no-op. Returns it.
+  const TransitionDecision& apply_planned(const TransitionDecision& decision, ValueRecord& record,
+                                          const std::optional<c10::Stream>& stream);
 
   // Installs `value` as `record`'s materialization at `location`. An
   // EXCLUSIVE value may gain a second one only when
