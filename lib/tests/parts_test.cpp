@@ -783,6 +783,38 @@ TEST(UnixClock, RefinesTheRateOverEachLongSpanAndGivesTheSystemClockForACounterB
   EXPECT_EQ(ManualTime::system_reads, reads + 1);
 }
 
+TEST(UnixClock, TakesAChangedCounterRateOnceTwoSpansInARowAgreeOnIt) {
+  ManualTime time;
+  UnixClock clock({&ManualTime::read_system, &ManualTime::read_ticks}, manual_timing);
+  clock.now();
+  time.advance(10'000'000);
+  clock.now();
+  ASSERT_TRUE(clock.calibrated());  // 3 ticks per ns
+  // From here the counter runs at 2 ticks per ns (another host's counter).
+  const auto run = [](std::int64_t ns) {
+    ManualTime::system += ns;
+    ManualTime::ticks += static_cast<std::uint64_t>(ns) * 2;
+  };
+  // Still within the anchor's age in ticks: scaled at the old rate, behind.
+  run(1'200'000'000);
+  EXPECT_GT(time.system - clock.now(), 300'000'000);
+  // Stale: anchored again. The span's rate disagrees with the current one,
+  // as one across a system clock step would, and is not taken yet.
+  run(400'000'000);
+  EXPECT_EQ(clock.now(), time.system);
+  run(1'000'000'000);
+  EXPECT_GT(time.system - clock.now(), 300'000'000);
+  // The next span measures the same new rate: now it is the clock's.
+  run(600'000'000);
+  EXPECT_EQ(clock.now(), time.system);
+  const int reads = ManualTime::system_reads;
+  for (std::int64_t step : {1'000, 250'000'000, 700'000'000}) {
+    run(step);
+    EXPECT_LE(distance(clock.now(), time.system), 1) << step;
+  }
+  EXPECT_EQ(ManualTime::system_reads, reads);  // from the counter, at its new rate
+}
+
 TEST(UnixClock, ASystemReadingBracketedWidelyByTheCounterNeitherCalibratesNorAnchors) {
   ManualTime time;
   UnixClock clock({&ManualTime::read_system, &ManualTime::read_ticks}, manual_timing);

@@ -121,7 +121,19 @@ std::int64_t UnixClock::resync() noexcept {
     // found the anchor fresh changes nothing.
     if (measurable) {
       const std::uint64_t measured = rate(span_ns, span_ticks);
-      if (measured != 0 && agrees(measured, anchor_scale_)) anchor_scale_ = measured;
+      if (measured != 0) {
+        if (agrees(measured, anchor_scale_) || (candidate_scale_ != 0 && agrees(measured, candidate_scale_))) {
+          // The rate refined; or the counter's own rate changed (a virtual
+          // machine moved to a host whose counter runs at another rate), as
+          // two spans in a row now agree.
+          anchor_scale_ = measured;
+          candidate_scale_ = 0;
+        } else {
+          // A step of the system clock, or the first span at a changed
+          // rate: the next span tells which.
+          candidate_scale_ = measured;
+        }
+      }
     }
     anchor = true;
   }

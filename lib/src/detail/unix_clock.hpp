@@ -18,6 +18,9 @@
 //  - A rate measured across a step of the system clock (settimeofday, an NTP
 //    jump) differs from the current one by more than 1/1000: it is not taken,
 //    but the anchor is, so the clock follows the step within `resync_ns`.
+//    When the next span's rate agrees with it, though, the counter's own rate
+//    has changed (a virtual machine moved to another host): that rate is
+//    taken, so a reading is off by at most two spans' drift at the old rate.
 //  - A counter that reads below the anchor (another socket's unsynchronized
 //    counter) gets the system clock for that reading.
 // Readers never block: the anchor is published under a sequence count, and
@@ -101,6 +104,7 @@ class UnixClock {
   std::uint64_t anchor_ticks_ = 0;  // calibration start, then the last anchor
   std::int64_t anchor_ns_ = 0;
   std::uint64_t anchor_scale_ = 0;  // 0 until calibrated
+  std::uint64_t candidate_scale_ = 0;  // the last span's rate when it disagreed with anchor_scale_, else 0
 };
 
 // Unix time in nanoseconds: the process clock's reading where there is one
