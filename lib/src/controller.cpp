@@ -7,12 +7,11 @@
 
 #include "detail/victim_search.hpp"
 #include "fhelium/residency/value.hpp"
+#include "detail/blank_text.hpp"
 
 namespace fhelium::residency {
 
 namespace {
-
-bool blank(const std::string& text) { return text.find_first_not_of(" \t\r\n") == std::string::npos; }
 
 std::string names(const std::vector<ResidencyLocation>& locations) {
   std::string text = "[";
@@ -56,7 +55,7 @@ ResidencyEviction::ResidencyEviction(ResidencyAction action_, std::int64_t rank_
   }
   if (rank < 0) throw std::invalid_argument("ResidencyEviction rank must be non-negative");
   if (released_nbytes < 0) throw std::invalid_argument("ResidencyEviction released_nbytes must be non-negative");
-  if (blank(reason)) throw std::invalid_argument("ResidencyEviction reason must be non-empty");
+  if (detail::is_blank(reason)) throw std::invalid_argument("ResidencyEviction reason must be non-empty");
 }
 
 ResidencyDecision::ResidencyDecision(std::string manager_id_, std::uint64_t expected_state_version_,
@@ -73,11 +72,11 @@ ResidencyDecision::ResidencyDecision(std::string manager_id_, std::uint64_t expe
       policy_config(std::move(policy_config_)),
       evictions(std::move(evictions_)),
       explanation(std::move(explanation_)) {
-  if (blank(manager_id)) throw std::invalid_argument("ResidencyDecision manager_id must be non-empty");
+  if (detail::is_blank(manager_id)) throw std::invalid_argument("ResidencyDecision manager_id must be non-empty");
   if (explored_states < 1) throw std::invalid_argument("ResidencyDecision explored_states must be positive");
-  if (blank(policy_name)) throw std::invalid_argument("ResidencyDecision policy_name must be non-empty");
+  if (detail::is_blank(policy_name)) throw std::invalid_argument("ResidencyDecision policy_name must be non-empty");
   for (const auto& [key, value] : policy_config) {
-    if (blank(key)) throw std::invalid_argument("ResidencyDecision policy config keys must be non-empty");
+    if (detail::is_blank(key)) throw std::invalid_argument("ResidencyDecision policy config keys must be non-empty");
   }
   request.validate();
   if (plan.name != request.name) {
@@ -100,7 +99,7 @@ ResidencyController::ResidencyController(ResidencyManager& manager, std::shared_
     : manager_(&manager),
       policy_(policy ? std::move(policy) : std::make_shared<const DeterministicTieredLRU>()),
       search_state_limit_(search_state_limit) {
-  if (blank(policy_->name())) throw std::invalid_argument("ResidencyPolicy name must be non-empty");
+  if (detail::is_blank(policy_->name())) throw std::invalid_argument("ResidencyPolicy name must be non-empty");
   if (search_state_limit_ < 1) {
     throw std::invalid_argument("ResidencyController search_state_limit must be positive, got " +
                                 std::to_string(search_state_limit_));

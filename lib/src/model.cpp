@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "fhelium/residency/value.hpp"
+#include "detail/blank_text.hpp"
 
 namespace fhelium::residency {
 
@@ -18,13 +19,6 @@ namespace {
 
 // Handles are validated on every call that takes one: a plain loop, which
 // stops at the first character of any real name.
-bool blank(const std::string& text) {
-  for (const char c : text) {
-    if (c != ' ' && c != '\t' && c != '\r' && c != '\n' && c != '\f' && c != '\v') return false;
-  }
-  return true;
-}
-
 }  // namespace
 
 void validate(ReplicaMode mode, std::string_view what) {
@@ -50,7 +44,7 @@ void validate_handle(const ResidencyHandle& handle) {
   };
   if (visible_first(handle.manager_id) && visible_first(handle.handle_id) && visible_first(handle.value_type)) return;
   const auto require = [](const std::string& field, const char* name) {
-    if (blank(field)) throw std::invalid_argument(std::string("ResidencyHandle ") + name + " must be non-empty");
+    if (detail::is_blank(field)) throw std::invalid_argument(std::string("ResidencyHandle ") + name + " must be non-empty");
   };
   require(handle.manager_id, "manager_id");
   require(handle.handle_id, "handle_id");
@@ -69,7 +63,7 @@ ResidencyValueSpec::ResidencyValueSpec(std::string value_type_, std::int64_t log
 }
 
 void ResidencyValueSpec::validate() const {
-  if (blank(value_type)) throw std::invalid_argument("ResidencyValueSpec value_type must be non-empty");
+  if (detail::is_blank(value_type)) throw std::invalid_argument("ResidencyValueSpec value_type must be non-empty");
   if (logical_nbytes < 0) throw std::invalid_argument("ResidencyValueSpec logical_nbytes must be non-negative");
   if (storage_nbytes < 0) throw std::invalid_argument("ResidencyValueSpec storage_nbytes must be non-negative");
   if (storage_nbytes < logical_nbytes) {

@@ -1,4 +1,5 @@
 #include "fhelium/residency/plan.hpp"
+#include "detail/blank_text.hpp"
 
 #include <stdexcept>
 
@@ -39,7 +40,7 @@ std::string describe(const ResidencyAction& action) {
 MemoryReservation::MemoryReservation(ResidencyLocation location_, std::int64_t nbytes_, std::string label_)
     : location(location_), nbytes(nbytes_), label(std::move(label_)) {
   if (nbytes < 0) throw std::invalid_argument("MemoryReservation nbytes must be non-negative");
-  if (label.find_first_not_of(" \t\r\n") == std::string::npos) {
+  if (detail::is_blank(label)) {
     throw std::invalid_argument("MemoryReservation label must be non-empty");
   }
 }

@@ -1,6 +1,7 @@
 #include "fhelium/residency/policy.hpp"
 
 #include "detail/tiered_lru_key.hpp"
+#include "detail/blank_text.hpp"
 
 #include <algorithm>
 #include <stdexcept>
@@ -8,7 +9,7 @@
 namespace fhelium::residency {
 
 void ResidencyPolicyMetadata::validate() const {
-  if (stable_key && stable_key->find_first_not_of(" \t\r\n") == std::string::npos) {
+  if (stable_key && detail::is_blank(*stable_key)) {
     throw std::invalid_argument("ResidencyPolicyMetadata stable_key must be non-empty when given");
   }
 }

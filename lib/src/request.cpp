@@ -1,4 +1,5 @@
 #include "fhelium/residency/request.hpp"
+#include "detail/blank_text.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -9,10 +10,6 @@
 namespace fhelium::residency {
 
 namespace {
-
-bool blank(const std::string& text) {
-  return std::all_of(text.begin(), text.end(), [](unsigned char c) { return std::isspace(c) != 0; });
-}
 
 struct RequirementHash {
   std::size_t operator()(const ResidencyRequirement& requirement) const noexcept {
@@ -30,7 +27,7 @@ ResidencyRequest::ResidencyRequest(std::string name, std::vector<ResidencyRequir
 }
 
 void ResidencyRequest::validate() const {
-  if (blank(name)) throw std::invalid_argument("ResidencyRequest name must be non-empty");
+  if (detail::is_blank(name)) throw std::invalid_argument("ResidencyRequest name must be non-empty");
   if (requirements.empty()) {
     throw std::invalid_argument("ResidencyRequest '" + name + "' needs at least one ResidencyRequirement");
   }

@@ -1,4 +1,5 @@
 #include "fhelium/residency/snapshot.hpp"
+#include "detail/blank_text.hpp"
 
 #include <algorithm>
 #include <bitset>
@@ -21,14 +22,12 @@ void require_nonnegative(const char* record, const char* field, const std::optio
   if (value) require_nonnegative(record, field, *value);
 }
 
-bool blank(const std::string& text) { return text.find_first_not_of(" \t\r\n") == std::string::npos; }
-
 void require_nonempty(const char* record, const char* field, const std::string& value) {
-  if (blank(value)) invalid(record, std::string(field) + " must be non-empty");
+  if (detail::is_blank(value)) invalid(record, std::string(field) + " must be non-empty");
 }
 
 void require_reason(const char* record, const std::optional<std::string>& reason) {
-  if (reason && blank(*reason)) invalid(record, "reason must be absent or non-empty");
+  if (reason && detail::is_blank(*reason)) invalid(record, "reason must be absent or non-empty");
 }
 
 void require_storage_covers_logical(const char* record, std::int64_t logical, std::int64_t storage) {

@@ -298,6 +298,29 @@ TEST_F(ParityFixture, HandlesWithBlankFieldsAreArgumentErrorsWhereverAccepted) {
   EXPECT_EQ(after, before);
 }
 
+// Every record and call that needs non-empty text refuses the same blanks:
+// what Python's str.strip() empties, as far as ASCII goes.
+TEST_F(ParityFixture, EveryNonEmptyTextCheckRefusesTheSameBlanks) {
+  const ResidencyHandle handle = a;
+  for (const std::string blank : {"\f", "\v", "\x1c", "\x1f", " \f\r\n\t\v"}) {
+    SCOPED_TRACE(::testing::PrintToString(blank));
+    EXPECT_THROW(validate_handle(ResidencyHandle{blank, "1", "Blob"}), std::invalid_argument);
+    EXPECT_THROW(ResidencyValueSpec(blank, 4, 4, ReplicaMode::replicable, Recoverability::reconstructible),
+                 std::invalid_argument);
+    EXPECT_THROW(MemoryReservation(PINNED_HOST, 1, blank), std::invalid_argument);
+    EXPECT_THROW(manager.execute_actions({}, blank), std::invalid_argument);
+    EXPECT_THROW(manager.reserve(PINNED_HOST, 1, blank), std::invalid_argument);
+    EXPECT_THROW(ResidencyRequest(blank, {{handle, PAGEABLE_HOST}}), std::invalid_argument);
+    EXPECT_THROW(ResidencyReservationSnapshot(PINNED_HOST, 1, blank), std::invalid_argument);
+    EXPECT_THROW(ResidencySnapshot(blank, 3, {}, {}, {}, 10), std::invalid_argument);
+    EXPECT_THROW(ResidencyEviction(DropResident{handle, PINNED_HOST}, 0, PINNED_HOST, 1, blank),
+                 std::invalid_argument);
+  }
+  // A non-breaking space (UTF-8) is text, as is any other byte outside ASCII.
+  EXPECT_NO_THROW(MemoryReservation(PINNED_HOST, 1, "\xC2\xA0"));
+  EXPECT_NO_THROW(ResidencyRequest("\xC2\xA0", {{handle, PAGEABLE_HOST}}));
+}
+
 // --- 10. abandoned scopes are diagnosed --------------------------------------------
 
 TEST_F(ParityFixture, AnAbandonedActiveScopeIsReportedNamingItsPlan) {

@@ -12,6 +12,7 @@
 #include "detail/manager_core.hpp"
 #include "detail/scope_exit.hpp"
 #include "fhelium/residency/errors.hpp"
+#include "detail/blank_text.hpp"
 
 namespace fhelium::residency::detail {
 
@@ -130,7 +131,7 @@ LifetimeGrant ManagerCore::hold(const std::vector<ResidencyHandle>& handles, con
 
 std::uint64_t ManagerCore::reserve(const ResidencyLocation& location, std::int64_t nbytes, const std::string& label) {
   if (nbytes < 0) throw std::invalid_argument("reservation nbytes must be non-negative, got " + std::to_string(nbytes));
-  if (label.find_first_not_of(" \t\r\n") == std::string::npos) {
+  if (detail::is_blank(label)) {
     throw std::invalid_argument("reservation label must be non-empty");
   }
   StateAccess access(*this);

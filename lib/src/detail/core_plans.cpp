@@ -8,13 +8,14 @@
 #include "detail/check.hpp"
 #include "detail/manager_core.hpp"
 #include "fhelium/residency/errors.hpp"
+#include "detail/blank_text.hpp"
 
 namespace fhelium::residency::detail {
 
 namespace {
 
 void require_plan_name(const std::string& name) {
-  if (name.find_first_not_of(" \t\r\n") == std::string::npos) {
+  if (detail::is_blank(name)) {
     throw std::invalid_argument("residency plan name must be non-empty");
   }
 }
