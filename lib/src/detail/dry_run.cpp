@@ -149,7 +149,9 @@ PlanDryRun::Result PlanDryRun::run(const std::vector<const ResidencyAction*>& ac
                                    const std::vector<MemoryReservation>& reservations, std::size_t reservations_after,
                                    std::vector<ResidencyActionExplanation>* explanations) {
   Result result;
-  result.steps.reserve(actions.size());
+  // Steps are for execution: an explanation carries what it needs itself.
+  const bool keep_steps = explanations == nullptr;
+  if (keep_steps) result.steps.reserve(actions.size());
   Shadow shadow(ledger_, runtime_, ++runs_);
 
   const auto admit_reservations = [&]() -> std::optional<std::string> {
@@ -200,7 +202,8 @@ PlanDryRun::Result PlanDryRun::run(const std::vector<const ResidencyAction*>& ac
 
     ShadowLocations& locations = shadow.locations_of(record);
     const ShadowView view(record, locations, lifetimes_, runtime_);
-    const TransitionDecision& decision = result.steps.emplace_back(Step{record_pointer, decide_transition(action, view)}).decision;
+    const TransitionDecision decision = decide_transition(action, view);
+    if (keep_steps) result.steps.push_back(Step{record_pointer, decision});
     std::optional<std::string> reason;
     if (decision.refused()) {
       reason = refusal_reason(decision, decision.refusal == Refusal::discard_protected

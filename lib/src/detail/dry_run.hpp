@@ -36,11 +36,12 @@ class PlanDryRun {
     TransitionDecision decision;
   };
   // What a dry run found: the first refusal's reason (none when the plan is
-  // feasible), each action's step in order (complete only when feasible:
-  // then no value is discarded before its action runs, the shadow each
-  // decision was made against is the real state the action will meet when
-  // the actions before it have run, and execution carries the decisions out
-  // instead of deciding again) and the predicted peak per location.
+  // feasible), the predicted peak per location and, for a preflight (a run
+  // without explanations), each action's step in order. The steps are
+  // complete only when the plan is feasible: then no value is discarded
+  // before its action runs, the shadow each decision was made against is the
+  // real state the action meets once the actions before it have run, and
+  // execution carries the decisions out instead of deciding again.
   struct Result {
     std::optional<std::string> failure;
     std::vector<Step> steps;
