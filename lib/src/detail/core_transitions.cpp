@@ -112,11 +112,14 @@ void ManagerCore::run_locked(ResidencyTransitionReport& report, const std::optio
   report.storage_nbytes = record.spec.storage_nbytes;
   report.started_at_ns = started;
   report.completed_at_ns = clock_locked();
-  report.allocator_device = allocator_device;
-  report.allocator_allocated_bytes_before = before.first;
-  report.allocator_reserved_bytes_before = before.second;
-  report.allocator_allocated_bytes_after = after.first;
-  report.allocator_reserved_bytes_after = after.second;
+  if (allocator_device) [[unlikely]] {
+    // A fresh report has none of these; a host action leaves them so.
+    report.allocator_device = allocator_device;
+    report.allocator_allocated_bytes_before = before.first;
+    report.allocator_reserved_bytes_before = before.second;
+    report.allocator_allocated_bytes_after = after.first;
+    report.allocator_reserved_bytes_after = after.second;
+  }
   if (decision.no_op) report.reason.emplace(decision.no_op);
   trace_.push_in_place([&](TraceRecord& slot) { slot.assign(report, record.serial, decision.no_op); });
 }
