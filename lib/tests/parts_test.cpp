@@ -478,6 +478,35 @@ TEST(StorageIndex, AgreesWithAMapThroughClaimsAndReleasesThatCollide) {
   EXPECT_EQ(index.find(key_of(-1, 0)), nullptr);
 }
 
+TEST(StorageIndex, GrowsPastItsFirstTableKeepingEveryClaim) {
+  StorageIndex index;
+  ValueTable table("m");
+  ValueRecord* first = &table.add(blob_spec(), nullptr, std::nullopt);
+  ValueRecord* second = &table.add(blob_spec(), nullptr, std::nullopt);
+  const auto key_of = [](std::size_t n) {
+    return StorageKey{n % 2 == 0 ? c10::Device(c10::DeviceType::CPU) : c10::Device(c10::DeviceType::CUDA, 1),
+                      static_cast<std::uintptr_t>(n) * 4096};
+  };
+  // 5000 storages: the first table (512 of them at half load) doubles four times.
+  constexpr std::size_t count = 5000;
+  for (std::size_t n = 0; n < count; ++n) {
+    ASSERT_TRUE(index.insert(key_of(n), StorageIndex::Owner{n % 3 == 0 ? first : second, CUDA1})) << n;
+  }
+  EXPECT_EQ(index.size(), count);
+  for (std::size_t n = 0; n < count; ++n) {
+    const StorageIndex::Owner* owner = index.find(key_of(n));
+    ASSERT_NE(owner, nullptr) << n;
+    EXPECT_EQ(owner->record, n % 3 == 0 ? first : second) << n;
+    EXPECT_EQ(owner->location, CUDA1);
+    EXPECT_FALSE(index.insert(key_of(n), StorageIndex::Owner{first, CUDA1})) << n;  // claimed already
+  }
+  // The same address on another device is another storage.
+  EXPECT_EQ(index.find(StorageKey{c10::Device(c10::DeviceType::CUDA, 0), 0}), nullptr);
+  for (std::size_t n = 0; n < count; n += 2) ASSERT_TRUE(index.erase(key_of(n))) << n;
+  EXPECT_EQ(index.size(), count / 2);
+  for (std::size_t n = 0; n < count; ++n) EXPECT_EQ(index.find(key_of(n)) != nullptr, n % 2 == 1) << n;
+}
+
 // ---- lifetime tables ------------------------------------------------------------
 
 std::vector<std::uint64_t> tokens_of(const TokenTable<std::string>& table) {
