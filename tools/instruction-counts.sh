@@ -19,8 +19,17 @@ trap 'rm -rf "$out"' EXIT
 # moves the counts by tens of instructions from run to run. (Valgrind does not
 # count the system clock's kernel time either, so neither clock's cost shows.)
 FHELIUM_RESIDENCY_CLOCK=system \
-  valgrind --tool=callgrind --collect-atstart=no --callgrind-out-file="$out/counts.%p" "$driver" > "$out/driver.log" 2> "$out/valgrind.log" ||
-  { cat "$out/valgrind.log" >&2; exit 1; }
+  valgrind --tool=callgrind --collect-atstart=no --callgrind-out-file="$out/counts.%p" "$driver" > "$out/driver.log" 2> "$out/valgrind.log" || {
+    cat "$out/valgrind.log" >&2
+    # Valgrind 3.19 cannot decode rdtscp on some CPUs; libhwy (a dependency
+    # of libtorch's image libraries) executes it while the driver loads.
+    if grep -q "Unrecognised instruction" "$out/valgrind.log"; then
+      where=$(grep -m1 -A1 "Unrecognised instruction" "$out/valgrind.log" | sed -n 's/.*at 0x[0-9A-F]*: //p')
+      echo "instruction-counts: valgrind could not decode an instruction the driver runs (in ${where:-a library it loads})," \
+        "so nothing was counted; a newer valgrind, or a machine where that library does not execute it, can count" >&2
+    fi
+    exit 1
+  }
 # Each dump names its workload and operation count in its trigger line.
 for dump in $(cd "$out" && ls counts.* | sort -t. -k3 -n); do
   dump="$out/$dump"
