@@ -22,6 +22,26 @@ std::vector<InvariantViolation> check_explained_run(const ExplainedRun& run) {
     }
     return violations;
   }
+  if (run.whole_plan && run.transitions != nullptr) {
+    const auto& explained = explanation.actions;
+    const auto& ran = *run.transitions;
+    if (explained.size() != ran.size()) {
+      violations.push_back({"explained-transition", "explain described " + std::to_string(explained.size()) +
+                                                        " actions, the run reported " + std::to_string(ran.size())});
+    }
+    const auto text = [](const std::optional<ResidencyLocation>& location) {
+      return location ? location->name() : std::string("none");
+    };
+    for (std::size_t index = 0; index < std::min(explained.size(), ran.size()); ++index) {
+      const ResidencyActionExplanation& said = explained[index];
+      const ResidencyTransitionReport& did = ran[index];
+      if (said.source == did.source && said.destination == did.destination && said.no_op == did.no_op) continue;
+      violations.push_back({"explained-transition",
+                            "action " + std::to_string(index) + ": explained " + text(said.source) + " -> " +
+                                text(said.destination) + (said.no_op ? " (no-op)" : "") + ", ran " +
+                                text(did.source) + " -> " + text(did.destination) + (did.no_op ? " (no-op)" : "")});
+    }
+  }
   for (const auto& location : run.after->locations) {
     const auto before = run.peaks_before.find(location.location);
     const std::int64_t previous = before == run.peaks_before.end() ? 0 : before->second;

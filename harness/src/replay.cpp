@@ -219,6 +219,7 @@ class Replayer {
         run.error_message = outcome.error->message;
       }
       run.whole_plan = step.kind == StepKind::execute;
+      if (run.whole_plan && outcome.reports) run.transitions = &*outcome.reports;
       run.peaks_before = peaks_before;
       run.after = snapshot;
       require_none(index, step, check_explained_run(run));

@@ -167,6 +167,42 @@ TEST(ExplainChecker, IgnoresFaultedRunsInfeasiblePlansAndRefusals) {
   EXPECT_THROW(check_explained_run(run), std::invalid_argument);
 }
 
+TEST(ExplainChecker, FlagsAWholePlanWhoseTransitionsAreNotTheExplainedOnes) {
+  const ResidencyHandle handle{"m", "1", "Blob"};
+  const ResidencyAction copy = EnsureResident{handle, CUDA0};
+  const ResidencyAction again = EnsureResident{handle, CUDA0};
+  const ResidencyPlanExplanation explained(
+      "p",
+      {ResidencyActionExplanation(copy, true, false, PAGEABLE_HOST, CUDA0, 100, 100),
+       ResidencyActionExplanation(again, true, true, std::nullopt, CUDA0, 100, 100, "destination already resident")},
+      {}, {{PAGEABLE_HOST, 100}, {CUDA0, 300}}, true, std::nullopt);
+  const ResidencySnapshot after = ended_with(300);
+  const auto report = [&](const ResidencyAction& action, bool no_op, std::optional<ResidencyLocation> source) {
+    return ResidencyTransitionReport(action, no_op, source, CUDA0, 100, 100, 1, 2);
+  };
+  std::vector<ResidencyTransitionReport> ran{report(copy, false, PAGEABLE_HOST), report(again, true, std::nullopt)};
+  ExplainedRun run = whole_run(explained, after);
+  run.transitions = &ran;
+  EXPECT_TRUE(check_explained_run(run).empty());
+  // Copied from elsewhere than explained.
+  ran[0] = report(copy, false, PINNED_HOST);
+  auto violations = check_explained_run(run);
+  ASSERT_EQ(names(violations), std::vector<std::string>{"explained-transition"});
+  EXPECT_NE(violations.front().detail.find("action 0: explained pageable-host -> cuda:0, ran pinned-host -> cuda:0"),
+            std::string::npos)
+      << violations.front().detail;
+  // A no-op that did something.
+  ran[0] = report(copy, false, PAGEABLE_HOST);
+  ran[1] = report(again, false, PAGEABLE_HOST);
+  EXPECT_EQ(names(check_explained_run(run)), std::vector<std::string>{"explained-transition"});
+  // Fewer transitions than explained actions.
+  ran.pop_back();
+  EXPECT_EQ(names(check_explained_run(run)), std::vector<std::string>{"explained-transition"});
+  // A scope's entry is not held to it.
+  run.whole_plan = false;
+  EXPECT_TRUE(check_explained_run(run).empty());
+}
+
 TEST(DecisionChecker, ReadOnlyIgnoresAllocatorTelemetryButNotAccounting) {
   const ResidencySnapshot before("m", 3, {value({at(CUDA0)})}, {location(CUDA0, 100)}, {}, 5);
   // The allocator sampled differently (or a fault failed the sampling): not a change of state.

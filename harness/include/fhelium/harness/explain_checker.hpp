@@ -1,6 +1,7 @@
 // The explain-versus-execute check, from outside the manager: a plan that
-// explain found feasible must run without error when no fault fires, and the
-// peaks it reaches must match what explain predicted. Pure function over
+// explain found feasible must run without error when no fault fires, the
+// peaks it reaches must match what explain predicted, and a whole plan's
+// transitions must be the ones explain described, action for action. Pure function over
 // tensor-free records; safe to call from any thread.
 #pragma once
 
@@ -36,11 +37,16 @@ struct ExplainedRun {
   std::map<residency::ResidencyLocation, std::int64_t> peaks_before;
   // The state after the run.
   const residency::ResidencySnapshot* after = nullptr;
+  // The run's transition reports, when it ran the whole plan
+  // (execute_actions): each must have the source, destination and no-op of
+  // the explained action at its index.
+  const std::vector<residency::ResidencyTransitionReport>* transitions = nullptr;
 };
 
-// Violations of "explain-execute" (a feasible fault-free plan failed) and
+// Violations of "explain-execute" (a feasible fault-free plan failed),
 // "predicted-peak" (an observed peak differs from, or exceeds, the
-// prediction). Refusals that explain does not judge (a stale version, an
+// prediction) and "explained-transition" (a whole plan's transition differs
+// from its explanation in source, destination or no-op, or in number). Refusals that explain does not judge (a stale version, an
 // invalid argument) are not violations.
 std::vector<InvariantViolation> check_explained_run(const ExplainedRun& run);
 
