@@ -5,9 +5,9 @@
 #include <exception>
 #include <stdexcept>
 
+#include "detail/blank_text.hpp"
 #include "detail/victim_search.hpp"
 #include "fhelium/residency/value.hpp"
-#include "detail/blank_text.hpp"
 
 namespace fhelium::residency {
 

@@ -2,8 +2,8 @@
 
 #include <stdexcept>
 
-#include "fhelium/residency/value.hpp"
 #include "detail/blank_text.hpp"
+#include "fhelium/residency/value.hpp"
 
 namespace fhelium::residency {
 
@@ -14,12 +14,6 @@ std::string_view to_string(ReplicaMode mode) noexcept {
 std::string_view to_string(Recoverability recoverability) noexcept {
   return recoverability == Recoverability::reconstructible ? "reconstructible" : "must-preserve";
 }
-
-namespace {
-
-// Handles are validated on every call that takes one: a plain loop, which
-// stops at the first character of any real name.
-}  // namespace
 
 void validate(ReplicaMode mode, std::string_view what) {
   if (mode != ReplicaMode::replicable && mode != ReplicaMode::exclusive) {

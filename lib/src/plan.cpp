@@ -1,7 +1,8 @@
 #include "fhelium/residency/plan.hpp"
-#include "detail/blank_text.hpp"
 
 #include <stdexcept>
+
+#include "detail/blank_text.hpp"
 
 namespace fhelium::residency {
 

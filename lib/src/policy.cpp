@@ -1,7 +1,7 @@
 #include "fhelium/residency/policy.hpp"
 
-#include "detail/tiered_lru_key.hpp"
 #include "detail/blank_text.hpp"
+#include "detail/tiered_lru_key.hpp"
 
 #include <algorithm>
 #include <stdexcept>

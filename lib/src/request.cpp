@@ -1,11 +1,11 @@
 #include "fhelium/residency/request.hpp"
-#include "detail/blank_text.hpp"
 
 #include <algorithm>
-#include <cctype>
 #include <stdexcept>
 #include <unordered_set>
 #include <utility>
+
+#include "detail/blank_text.hpp"
 
 namespace fhelium::residency {
 

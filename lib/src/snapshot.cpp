@@ -1,10 +1,11 @@
 #include "fhelium/residency/snapshot.hpp"
-#include "detail/blank_text.hpp"
 
 #include <algorithm>
 #include <bitset>
 #include <stdexcept>
 #include <unordered_set>
+
+#include "detail/blank_text.hpp"
 
 namespace fhelium::residency {
 

@@ -739,6 +739,15 @@ constexpr UnixClock::Timing manual_timing{10'000'000, 1'000'000'000};
 
 std::int64_t distance(std::int64_t a, std::int64_t b) { return a > b ? a - b : b - a; }
 
+// Calibrates `clock` over `time` (10 ms at ManualTime's 3 ticks per ns);
+// whether that took.
+bool calibrate(UnixClock& clock, ManualTime& time) {
+  clock.now();
+  time.advance(10'000'000);
+  clock.now();
+  return clock.calibrated();
+}
+
 TEST(UnixClock, ReadsTheSystemClockUntilCalibratedThenScalesTheCounterWithoutIt) {
   ManualTime time;
   UnixClock clock({&ManualTime::read_system, &ManualTime::read_ticks}, manual_timing);
@@ -761,10 +770,7 @@ TEST(UnixClock, ReadsTheSystemClockUntilCalibratedThenScalesTheCounterWithoutIt)
 TEST(UnixClock, ReanchorsWhenStaleAndFollowsAStepOfTheSystemClockKeepingTheRate) {
   ManualTime time;
   UnixClock clock({&ManualTime::read_system, &ManualTime::read_ticks}, manual_timing);
-  clock.now();
-  time.advance(10'000'000);
-  clock.now();
-  ASSERT_TRUE(clock.calibrated());
+  ASSERT_TRUE(calibrate(clock, time));
   // Within the resync age no reading touches the system clock, even when it
   // has stepped: the step shows at the next anchor.
   time.advance(900'000'000);
@@ -815,10 +821,7 @@ TEST(UnixClock, RefinesTheRateOverEachLongSpanAndGivesTheSystemClockForACounterB
 TEST(UnixClock, TakesAChangedCounterRateOnceTwoSpansInARowAgreeOnIt) {
   ManualTime time;
   UnixClock clock({&ManualTime::read_system, &ManualTime::read_ticks}, manual_timing);
-  clock.now();
-  time.advance(10'000'000);
-  clock.now();
-  ASSERT_TRUE(clock.calibrated());  // 3 ticks per ns
+  ASSERT_TRUE(calibrate(clock, time));  // 3 ticks per ns
   // From here the counter runs at 2 ticks per ns (another host's counter).
   const auto run = [](std::int64_t ns) {
     ManualTime::system += ns;

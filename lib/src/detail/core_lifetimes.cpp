@@ -7,12 +7,12 @@
 #include <stdexcept>
 #include <thread>
 
+#include "detail/blank_text.hpp"
 #include "detail/check.hpp"
 #include "detail/first_seen.hpp"
 #include "detail/manager_core.hpp"
 #include "detail/scope_exit.hpp"
 #include "fhelium/residency/errors.hpp"
-#include "detail/blank_text.hpp"
 
 namespace fhelium::residency::detail {
 
@@ -131,7 +131,7 @@ LifetimeGrant ManagerCore::hold(const std::vector<ResidencyHandle>& handles, con
 
 std::uint64_t ManagerCore::reserve(const ResidencyLocation& location, std::int64_t nbytes, const std::string& label) {
   if (nbytes < 0) throw std::invalid_argument("reservation nbytes must be non-negative, got " + std::to_string(nbytes));
-  if (detail::is_blank(label)) {
+  if (is_blank(label)) {
     throw std::invalid_argument("reservation label must be non-empty");
   }
   StateAccess access(*this);

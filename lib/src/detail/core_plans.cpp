@@ -5,17 +5,17 @@
 
 #include <stdexcept>
 
+#include "detail/blank_text.hpp"
 #include "detail/check.hpp"
 #include "detail/manager_core.hpp"
 #include "fhelium/residency/errors.hpp"
-#include "detail/blank_text.hpp"
 
 namespace fhelium::residency::detail {
 
 namespace {
 
 void require_plan_name(const std::string& name) {
-  if (detail::is_blank(name)) {
+  if (is_blank(name)) {
     throw std::invalid_argument("residency plan name must be non-empty");
   }
 }

@@ -42,8 +42,8 @@ class Transitions {
   TransitionDecision decide_and_apply(const ResidencyAction& action, ValueRecord& record,
                                       const std::optional<c10::Stream>& stream);
   // Carries out `decision`, made for `record` by the same rules against a
-  // shadow of exactly its current state (a plan's preflight): a decision
-  // that is neither a refusal nor a no-op. Returns it.
+  // shadow of exactly its current state (a plan's preflight), unless it is a
+  // no-op; a preflight that admitted the plan made no refusal. Returns it.
   const TransitionDecision& apply_planned(const TransitionDecision& decision, ValueRecord& record,
                                           const std::optional<c10::Stream>& stream);
 

@@ -1,12 +1,12 @@
 #include "detail/unix_clock.hpp"
 
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <string>
-#include <string_view>
 
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -40,29 +40,17 @@ std::int64_t system_unix_ns() {
 std::uint64_t time_stamp_counter() { return __rdtsc(); }
 
 // Whether the kernel listed `flag` among the first CPU's flags in /proc/cpuinfo.
-bool cpu_flag(std::string_view flag) {
-  std::FILE* info = std::fopen("/proc/cpuinfo", "r");
-  if (info == nullptr) return false;
-  std::string line;
-  bool found = false;
-  for (int c = 0; !found && c != EOF;) {
-    line.clear();
-    while ((c = std::fgetc(info)) != EOF && c != '\n') line.push_back(static_cast<char>(c));
+bool cpu_flag(const std::string& flag) {
+  std::ifstream info("/proc/cpuinfo");
+  for (std::string line; std::getline(info, line);) {
     if (line.rfind("flags", 0) != 0) continue;
-    const std::size_t colon = line.find(':');
-    std::string_view words = std::string_view(line).substr(colon == std::string::npos ? line.size() : colon + 1);
-    while (!words.empty() && !found) {
-      const std::size_t start = words.find_first_not_of(" \t");
-      if (start == std::string_view::npos) break;
-      words.remove_prefix(start);
-      const std::size_t end = std::min(words.find_first_of(" \t"), words.size());
-      found = words.substr(0, end) == flag;
-      words.remove_prefix(end);
+    std::istringstream words(line.substr(line.find(':') + 1));
+    for (std::string word; words >> word;) {
+      if (word == flag) return true;
     }
-    break;
+    return false;
   }
-  std::fclose(info);
-  return found;
+  return false;
 }
 
 // The counter is trusted when the CPU says it is invariant (constant rate in
