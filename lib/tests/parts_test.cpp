@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <set>
 #include <stdexcept>
@@ -912,6 +913,34 @@ TEST(UnixClock, TheProcessClockAgreesWithTheSystemClockAcrossThreadsAndAnchors) 
   }
   for (auto& thread : threads) thread.join();
   EXPECT_EQ(outside.load(), 0);
+}
+
+TEST(UnixClock, TrustsTheCounterOnlyWhenInvariantAndVouchedForByTheKernel) {
+  const std::string reliable = "flags\t\t: fpu tsc constant_tsc nonstop_tsc tsc_reliable hypervisor";
+  const std::string unvouched = "flags\t\t: fpu tsc constant_tsc nonstop_tsc tsc_known_freq hypervisor";
+  const auto trusts = [](const char* choice, bool invariant, std::optional<std::string> source, std::string flags) {
+    return UnixClock::trusts_counter({choice, invariant, std::move(source), std::move(flags)});
+  };
+  // The kernel's own clock is the counter.
+  EXPECT_TRUE(trusts(nullptr, true, "tsc", unvouched));
+  EXPECT_TRUE(trusts(nullptr, true, "tsc", ""));
+  // The KVM clock, with the counter marked reliable by the hypervisor.
+  EXPECT_TRUE(trusts(nullptr, true, "kvm-clock", reliable));
+  EXPECT_TRUE(trusts("counter", true, "kvm-clock", reliable));  // only "system" turns it off
+  // Not vouched for: no reliable flag (a flag that merely contains the
+  // name is not it), another clock source, none readable, or no flags line.
+  EXPECT_FALSE(trusts(nullptr, true, "kvm-clock", unvouched));
+  EXPECT_FALSE(trusts(nullptr, true, "kvm-clock", "flags\t\t: fpu tsc_reliable_not nonstop_tsc"));
+  EXPECT_FALSE(trusts(nullptr, true, "kvm-clock", "tsc_reliable"));
+  EXPECT_FALSE(trusts(nullptr, true, "kvm-clock", ""));
+  EXPECT_FALSE(trusts(nullptr, true, "hpet", reliable));
+  EXPECT_FALSE(trusts(nullptr, true, "tsc ", reliable));
+  EXPECT_FALSE(trusts(nullptr, true, std::nullopt, reliable));
+  // A counter that is not invariant, or a process that asked for the system clock.
+  EXPECT_FALSE(trusts(nullptr, false, "tsc", reliable));
+  EXPECT_FALSE(trusts(nullptr, false, "kvm-clock", reliable));
+  EXPECT_FALSE(trusts("system", true, "tsc", reliable));
+  EXPECT_FALSE(trusts("system", true, "kvm-clock", reliable));
 }
 
 TEST(HandleText, SameTextAgreesWithStringEqualityAtEveryLengthAndDifferingByte) {

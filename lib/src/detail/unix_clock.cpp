@@ -1,7 +1,6 @@
 #include "detail/unix_clock.hpp"
 
 #include <chrono>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -39,42 +38,24 @@ std::int64_t system_unix_ns() {
 #if defined(__x86_64__)
 std::uint64_t time_stamp_counter() { return __rdtsc(); }
 
-// Whether the kernel listed `flag` among the first CPU's flags in /proc/cpuinfo.
-bool cpu_flag(const std::string& flag) {
+// The first CPU's flags line of /proc/cpuinfo; empty when there is none.
+std::string cpu_flags_line() {
   std::ifstream info("/proc/cpuinfo");
   for (std::string line; std::getline(info, line);) {
-    if (line.rfind("flags", 0) != 0) continue;
-    std::istringstream words(line.substr(line.find(':') + 1));
-    for (std::string word; words >> word;) {
-      if (word == flag) return true;
-    }
-    return false;
+    if (line.rfind("flags", 0) == 0) return line;
   }
-  return false;
+  return {};
 }
 
-// The counter is trusted when the CPU says it is invariant (constant rate in
-// every power state) and the kernel vouches for it: either it keeps its own
-// time with the counter (`tsc`, chosen only after checking that the CPUs'
-// counters agree), or it keeps time with the KVM paravirtual clock (itself
-// the counter, scaled by the host) and has marked the counter reliable
-// (`tsc_reliable`: the hypervisor guarantees it, so the kernel skips its own
-// checks). A guest's system clock then costs about 25 ns a reading against
-// about 13 for the counter.
-bool counter_is_trusted() {
-  if (const char* choice = std::getenv("FHELIUM_RESIDENCY_CLOCK"); choice != nullptr && std::strcmp(choice, "system") == 0) {
-    return false;
-  }
+UnixClock::CounterEvidence read_counter_evidence() {
+  UnixClock::CounterEvidence evidence;
+  evidence.choice = std::getenv("FHELIUM_RESIDENCY_CLOCK");
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  if (__get_cpuid(0x80000007u, &eax, &ebx, &ecx, &edx) == 0 || (edx & (1u << 8)) == 0) return false;
-  std::FILE* source = std::fopen("/sys/devices/system/clocksource/clocksource0/current_clocksource", "r");
-  if (source == nullptr) return false;
-  char name[32] = {};
-  const bool read = std::fgets(name, sizeof name, source) != nullptr;
-  std::fclose(source);
-  if (!read) return false;
-  if (std::strcmp(name, "tsc\n") == 0) return true;
-  return std::strcmp(name, "kvm-clock\n") == 0 && cpu_flag("tsc_reliable");
+  evidence.invariant_counter = __get_cpuid(0x80000007u, &eax, &ebx, &ecx, &edx) != 0 && (edx & (1u << 8)) != 0;
+  std::ifstream source("/sys/devices/system/clocksource/clocksource0/current_clocksource");
+  if (std::string name; std::getline(source, name)) evidence.clock_source = name;
+  evidence.cpu_flags = cpu_flags_line();
+  return evidence;
 }
 #endif
 
@@ -147,6 +128,21 @@ void UnixClock::publish(std::uint64_t ticks, std::int64_t system_ns, std::uint64
   sequence_.store(sequence + 2, std::memory_order_release);
 }
 
+bool UnixClock::trusts_counter(const CounterEvidence& evidence) {
+  if (evidence.choice != nullptr && std::strcmp(evidence.choice, "system") == 0) return false;
+  if (!evidence.invariant_counter || !evidence.clock_source) return false;
+  if (*evidence.clock_source == "tsc") return true;
+  if (*evidence.clock_source != "kvm-clock") return false;
+  // Whole words after the colon: "nonstop_tsc" is not "tsc_reliable".
+  const std::size_t colon = evidence.cpu_flags.find(':');
+  if (colon == std::string::npos) return false;
+  std::istringstream words(evidence.cpu_flags.substr(colon + 1));
+  for (std::string word; words >> word;) {
+    if (word == "tsc_reliable") return true;
+  }
+  return false;
+}
+
 std::int64_t unix_time_ns() {
   // Its own copy of process_clock()'s answer: one guard check per reading
   // instead of a call and a guard check.
@@ -157,7 +153,7 @@ std::int64_t unix_time_ns() {
 UnixClock* UnixClock::process_clock() {
 #if defined(__x86_64__)
   static UnixClock* const clock = []() -> UnixClock* {
-    if (!counter_is_trusted()) return nullptr;
+    if (!trusts_counter(read_counter_evidence())) return nullptr;
     static UnixClock instance(Sources{&system_unix_ns, &time_stamp_counter}, Timing{});
     return &instance;
   }();

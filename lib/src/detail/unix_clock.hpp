@@ -30,6 +30,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <optional>
+#include <string>
 
 namespace fhelium::residency::detail {
 
@@ -73,9 +75,29 @@ class UnixClock {
   bool calibrated() const noexcept { return sequence_.load(std::memory_order_acquire) != 0; }
 
   // The process's clock over the CPU's time-stamp counter, or nullptr where
-  // the counter is not one to trust: not x86-64, no invariant counter, or a
-  // kernel that does not use it as its own clock source.
+  // the counter is not one to trust (trusts_counter): not x86-64, no
+  // invariant counter, or a kernel that does not vouch for it.
   static UnixClock* process_clock();
+
+  // What process_clock decides on, as read from the machine.
+  struct CounterEvidence {
+    // FHELIUM_RESIDENCY_CLOCK; nullptr when unset ("system" turns the counter off).
+    const char* choice = nullptr;
+    bool invariant_counter = false;  // CPUID 0x80000007, EDX bit 8
+    // The kernel's clock source, the first line of its sysfs file ("tsc");
+    // nullopt when the file cannot be read.
+    std::optional<std::string> clock_source;
+    std::string cpu_flags;  // the first "flags" line of /proc/cpuinfo; empty when there is none
+  };
+  // The counter is trusted when the CPU says it is invariant (constant rate
+  // in every power state) and the kernel vouches for it: either it keeps its
+  // own time with the counter (`tsc`, chosen only after checking that the
+  // CPUs' counters agree), or it keeps time with the KVM paravirtual clock
+  // (itself the counter, scaled by the host) and has marked the counter
+  // reliable (`tsc_reliable`: the hypervisor guarantees it, so the kernel
+  // skips its own checks). A guest's system clock then costs about 25 ns a
+  // reading against about 13 for the counter.
+  static bool trusts_counter(const CounterEvidence& evidence);
 
  private:
   // Nanoseconds for `ticks` at `scale` (nanoseconds per tick, times 2^32).
