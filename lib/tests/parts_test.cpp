@@ -927,10 +927,13 @@ TEST(UnixClock, TrustsTheCounterOnlyWhenInvariantAndVouchedForByTheKernel) {
   // The KVM clock, with the counter marked reliable by the hypervisor.
   EXPECT_TRUE(trusts(nullptr, true, "kvm-clock", reliable));
   EXPECT_TRUE(trusts("counter", true, "kvm-clock", reliable));  // only "system" turns it off
+  EXPECT_TRUE(trusts(nullptr, true, "kvm-clock", "flags\t: fpu tsc_reliable"));  // last word
+  EXPECT_TRUE(trusts(nullptr, true, "kvm-clock", "flags:tsc_reliable fpu"));      // first word
   // Not vouched for: no reliable flag (a flag that merely contains the
   // name is not it), another clock source, none readable, or no flags line.
   EXPECT_FALSE(trusts(nullptr, true, "kvm-clock", unvouched));
   EXPECT_FALSE(trusts(nullptr, true, "kvm-clock", "flags\t\t: fpu tsc_reliable_not nonstop_tsc"));
+  EXPECT_FALSE(trusts(nullptr, true, "kvm-clock", "flags\t\t: fpu not_tsc_reliable nonstop_tsc"));
   EXPECT_FALSE(trusts(nullptr, true, "kvm-clock", "tsc_reliable"));
   EXPECT_FALSE(trusts(nullptr, true, "kvm-clock", ""));
   EXPECT_FALSE(trusts(nullptr, true, "hpet", reliable));

@@ -4,8 +4,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <sstream>
 #include <string>
+#include <string_view>
 
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -134,11 +134,14 @@ bool UnixClock::trusts_counter(const CounterEvidence& evidence) {
   if (*evidence.clock_source == "tsc") return true;
   if (*evidence.clock_source != "kvm-clock") return false;
   // Whole words after the colon: "nonstop_tsc" is not "tsc_reliable".
-  const std::size_t colon = evidence.cpu_flags.find(':');
-  if (colon == std::string::npos) return false;
-  std::istringstream words(evidence.cpu_flags.substr(colon + 1));
-  for (std::string word; words >> word;) {
-    if (word == "tsc_reliable") return true;
+  constexpr std::string_view wanted = "tsc_reliable";
+  const std::string_view flags = evidence.cpu_flags;
+  const std::size_t colon = flags.find(':');
+  if (colon == std::string_view::npos) return false;
+  const auto blank = [](char c) { return c == ' ' || c == '\t'; };
+  for (std::size_t at = flags.find(wanted, colon); at != std::string_view::npos; at = flags.find(wanted, at + 1)) {
+    const std::size_t end = at + wanted.size();
+    if ((at == colon + 1 || blank(flags[at - 1])) && (end == flags.size() || blank(flags[end]))) return true;
   }
   return false;
 }
