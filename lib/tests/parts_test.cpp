@@ -918,32 +918,45 @@ TEST(UnixClock, TheProcessClockAgreesWithTheSystemClockAcrossThreadsAndAnchors) 
 TEST(UnixClock, TrustsTheCounterOnlyWhenInvariantAndVouchedForByTheKernel) {
   const std::string reliable = "flags\t\t: fpu tsc constant_tsc nonstop_tsc tsc_reliable hypervisor";
   const std::string unvouched = "flags\t\t: fpu tsc constant_tsc nonstop_tsc tsc_known_freq hypervisor";
-  const auto trusts = [](const char* choice, bool invariant, std::optional<std::string> source, std::string flags) {
-    return UnixClock::trusts_counter({choice, invariant, std::move(source), std::move(flags)});
+  struct Case {
+    const char* choice;
+    bool invariant;
+    std::optional<std::string> source;
+    std::string flags;
+    bool trusted;
   };
-  // The kernel's own clock is the counter.
-  EXPECT_TRUE(trusts(nullptr, true, "tsc", unvouched));
-  EXPECT_TRUE(trusts(nullptr, true, "tsc", ""));
-  // The KVM clock, with the counter marked reliable by the hypervisor.
-  EXPECT_TRUE(trusts(nullptr, true, "kvm-clock", reliable));
-  EXPECT_TRUE(trusts("counter", true, "kvm-clock", reliable));  // only "system" turns it off
-  EXPECT_TRUE(trusts(nullptr, true, "kvm-clock", "flags\t: fpu tsc_reliable"));  // last word
-  EXPECT_TRUE(trusts(nullptr, true, "kvm-clock", "flags:tsc_reliable fpu"));      // first word
-  // Not vouched for: no reliable flag (a flag that merely contains the
-  // name is not it), another clock source, none readable, or no flags line.
-  EXPECT_FALSE(trusts(nullptr, true, "kvm-clock", unvouched));
-  EXPECT_FALSE(trusts(nullptr, true, "kvm-clock", "flags\t\t: fpu tsc_reliable_not nonstop_tsc"));
-  EXPECT_FALSE(trusts(nullptr, true, "kvm-clock", "flags\t\t: fpu not_tsc_reliable nonstop_tsc"));
-  EXPECT_FALSE(trusts(nullptr, true, "kvm-clock", "tsc_reliable"));
-  EXPECT_FALSE(trusts(nullptr, true, "kvm-clock", ""));
-  EXPECT_FALSE(trusts(nullptr, true, "hpet", reliable));
-  EXPECT_FALSE(trusts(nullptr, true, "tsc ", reliable));
-  EXPECT_FALSE(trusts(nullptr, true, std::nullopt, reliable));
-  // A counter that is not invariant, or a process that asked for the system clock.
-  EXPECT_FALSE(trusts(nullptr, false, "tsc", reliable));
-  EXPECT_FALSE(trusts(nullptr, false, "kvm-clock", reliable));
-  EXPECT_FALSE(trusts("system", true, "tsc", reliable));
-  EXPECT_FALSE(trusts("system", true, "kvm-clock", reliable));
+  const std::vector<Case> cases{
+      // The kernel's own clock is the counter.
+      {nullptr, true, "tsc", unvouched, true},
+      {nullptr, true, "tsc", "", true},
+      // The KVM clock, with the counter marked reliable by the hypervisor;
+      // only "system" turns the counter off.
+      {nullptr, true, "kvm-clock", reliable, true},
+      {"counter", true, "kvm-clock", reliable, true},
+      {nullptr, true, "kvm-clock", "flags\t: fpu tsc_reliable", true},
+      {nullptr, true, "kvm-clock", "flags:tsc_reliable fpu", true},
+      // Not vouched for: no reliable flag (a word that merely contains it is
+      // not it), another clock source, none readable, or no flags line.
+      {nullptr, true, "kvm-clock", unvouched, false},
+      {nullptr, true, "kvm-clock", "flags\t\t: fpu tsc_reliable_not nonstop_tsc", false},
+      {nullptr, true, "kvm-clock", "flags\t\t: fpu not_tsc_reliable nonstop_tsc", false},
+      {nullptr, true, "kvm-clock", "tsc_reliable", false},
+      {nullptr, true, "kvm-clock", "", false},
+      {nullptr, true, "hpet", reliable, false},
+      {nullptr, true, "tsc ", reliable, false},
+      {nullptr, true, std::nullopt, reliable, false},
+      // A counter that is not invariant, or a process that asked for the system clock.
+      {nullptr, false, "tsc", reliable, false},
+      {nullptr, false, "kvm-clock", reliable, false},
+      {"system", true, "tsc", reliable, false},
+      {"system", true, "kvm-clock", reliable, false},
+  };
+  std::vector<std::size_t> wrong;
+  for (std::size_t index = 0; index < cases.size(); ++index) {
+    const Case& c = cases[index];
+    if (UnixClock::trusts_counter({c.choice, c.invariant, c.source, c.flags}) != c.trusted) wrong.push_back(index);
+  }
+  EXPECT_EQ(wrong, std::vector<std::size_t>{}) << "cases decided wrongly, by index";
 }
 
 TEST(HandleText, SameTextAgreesWithStringEqualityAtEveryLengthAndDifferingByte) {
