@@ -173,6 +173,43 @@ TEST_F(FaultFixture, FailedEventQueriesKeepProtectionWithoutBreakingOtherWork) {
   EXPECT_EQ(faults->fired().size(), 3u);
 }
 
+// A failed query keeps protection, and a query may fail where an earlier one
+// for the same event succeeded. A plan's preflight that saw the event
+// complete planned a drop; when the action's own reaping then cannot prove
+// completion, the materialization is still protected and the drop is refused
+// cleanly (a plan execution error, nothing changed) instead of removing it.
+TEST_F(FaultFixture, APlannedDropRefusedWhenProtectionOutlivesThePreflight) {
+  const ResidencyHandle value = manager.adopt(make_value(4), std::nullopt, ReplicaMode::replicable);
+  manager.ensure(value, CUDA0);
+  const std::vector<ResidencyLocation> both = resident_at(manager, value);
+  ASSERT_EQ(both.size(), 2u);
+  auto lease = manager.acquire({value}, CUDA0, simulated->stream(0, 1));
+  lease.release();
+  // execute_actions queries the event three times: reaping before the
+  // preflight (fails), the preflight's protection check (succeeds), and
+  // reaping before the drop runs (fails).
+  FaultRule first = rule("first", FaultOperation::query_event);
+  first.nth = 1;
+  FaultRule third = rule("third", FaultOperation::query_event);
+  third.nth = 3;
+  faults->add_rule(third);  // first: a rule counts only the calls no earlier rule took
+  faults->add_rule(first);
+  try {
+    manager.execute_actions({DropResident{value, CUDA0}}, "drop");
+    ADD_FAILURE() << "the drop ran over a materialization still protected";
+  } catch (const ResidencyPlanExecutionError& error) {
+    EXPECT_EQ(error.failed_action_index(), 0);
+    EXPECT_TRUE(error.partial_report().transitions.empty());
+    EXPECT_THROW(error.rethrow_cause(), ResidencyInUseError);
+  }
+  EXPECT_EQ(faults->fired().size(), 2u);
+  EXPECT_EQ(resident_at(manager, value), both);
+  // The next working query proves completion; the drop then runs.
+  EXPECT_EQ(location_state(manager, CUDA0).pending_event_count, 0);
+  EXPECT_EQ(manager.execute_actions({DropResident{value, CUDA0}}, "drop").transitions.size(), 1u);
+  EXPECT_EQ(resident_at(manager, value), std::vector<ResidencyLocation>{PAGEABLE_HOST});
+}
+
 TEST_F(FaultFixture, DelayedAndNeverCompletingEvents) {
   const ResidencyHandle value = manager.adopt(make_value(4));
   manager.move(value, CUDA0);

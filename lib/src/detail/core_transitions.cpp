@@ -102,8 +102,9 @@ void ManagerCore::run_locked(ResidencyTransitionReport& report, const std::optio
   const auto allocator_device = allocator_device_for(action, record);
   std::pair<std::optional<std::int64_t>, std::optional<std::int64_t>> before, after;
   if (allocator_device) [[unlikely]] before = sample_allocator_locked(allocator_device);
-  const TransitionDecision decision = planned != nullptr ? transitions_.apply_planned(planned->decision, record, stream)
-                                                         : transitions_.decide_and_apply(action, record, stream);
+  const TransitionDecision decision = planned != nullptr
+                                         ? transitions_.apply_planned(planned->decision, action, record, stream)
+                                         : transitions_.decide_and_apply(action, record, stream);
   if (allocator_device) [[unlikely]] after = sample_allocator_locked(allocator_device);
   report.no_op = decision.changes_nothing();
   report.source = decision.source;

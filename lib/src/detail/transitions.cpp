@@ -69,15 +69,25 @@ TransitionDecision Transitions::decide_and_apply(const ResidencyAction& action, 
                                                  const std::optional<c10::Stream>& stream) {
   TransitionDecision decision = decide_transition(action, RecordView(record));
   if (decision.refused()) raise_refusal(record, decision);
-  if (!decision.changes_nothing()) apply(record, decision, stream);
+  apply(record, decision, stream);
   return decision;
 }
 
-const TransitionDecision& Transitions::apply_planned(const TransitionDecision& decision, ValueRecord& record,
-                                                    const std::optional<c10::Stream>& stream) {
-  FHELIUM_CHECK(!decision.refused(), "a refused action passed its preflight");
-  if (!decision.changes_nothing()) apply(record, decision, stream);
-  return decision;
+TransitionDecision Transitions::apply_planned(const TransitionDecision& planned, const ResidencyAction& action,
+                                              ValueRecord& record, const std::optional<c10::Stream>& stream) {
+  FHELIUM_CHECK(!planned.refused(), "a refused action passed its preflight");
+  // Protection only ever refuses, and between the preflight and the action
+  // it can only have ended (events complete; nothing new is leased or held
+  // under the lock), so against an unprotected record the plan's decision is
+  // the one the rules would make now. A protected one is decided again: the
+  // preflight may have seen an event complete that the action's own reaping
+  // could not prove (a failed query keeps protection), and the action must
+  // then be refused, not carried out over a protected materialization.
+  for (const Materialization& item : record.materializations) {
+    if (item.is_protected()) [[unlikely]] return decide_and_apply(action, record, stream);
+  }
+  apply(record, planned, stream);
+  return planned;
 }
 
 void Transitions::register_location(const ResidencyLocation& location) {
@@ -108,6 +118,7 @@ void Transitions::raise_refusal(const ValueRecord& record, const TransitionDecis
 
 void Transitions::apply(ValueRecord& record, const TransitionDecision& decision,
                         const std::optional<c10::Stream>& stream) {
+  if (decision.changes_nothing()) return;
   if (decision.discard) {
     discard(record);
     return;

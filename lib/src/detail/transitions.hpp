@@ -41,11 +41,13 @@ class Transitions {
   // as before the action: temporary charges are returned, nothing installed.
   TransitionDecision decide_and_apply(const ResidencyAction& action, ValueRecord& record,
                                       const std::optional<c10::Stream>& stream);
-  // Carries out `decision`, made for `record` by the same rules against a
-  // shadow of exactly its current state (a plan's preflight), unless it is a
-  // no-op; a preflight that admitted the plan made no refusal. Returns it.
-  const TransitionDecision& apply_planned(const TransitionDecision& decision, ValueRecord& record,
-                                          const std::optional<c10::Stream>& stream);
+  // Carries out `planned`, the decision a plan's preflight made for `action`
+  // on `record` by the same rules against a shadow of the state the action
+  // now meets (a preflight that admitted the plan refused nothing), and
+  // returns it; a record with a protected materialization is decided again
+  // (decide_and_apply), since its protection may have outlived the shadow's.
+  TransitionDecision apply_planned(const TransitionDecision& planned, const ResidencyAction& action,
+                                   ValueRecord& record, const std::optional<c10::Stream>& stream);
 
   // Installs `value` as `record`'s materialization at `location`. An
   // EXCLUSIVE value may gain a second one only when
@@ -73,6 +75,7 @@ class Transitions {
   };
 
   void raise_refusal(const ValueRecord& record, const TransitionDecision& decision) const;
+  // Carries out a decision that refused nothing; a no-op changes nothing.
   void apply(ValueRecord& record, const TransitionDecision& decision, const std::optional<c10::Stream>& stream);
   void discard(ValueRecord& record);
   // Copies `from` (a replica of `record`, or its loaded value) to
