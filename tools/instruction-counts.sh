@@ -2,9 +2,20 @@
 # Instructions per manager operation under callgrind (bench/instruction_counts.cpp):
 # exact and repeatable for one binary, so before/after comparisons of the
 # manager's bookkeeping do not depend on how busy the machine is.
-# Usage: bash tools/instruction-counts.sh [BUILD_DIR]
+# Usage: bash tools/instruction-counts.sh [--cache] [BUILD_DIR]
+# --cache adds callgrind's cache simulation (32 KiB 8-way L1s, 4 MiB 16-way
+# last level, 64-byte lines): instruction-fetch (I1) and data-read (D1) misses
+# per operation beside the instructions. On the 4 KiB workloads the clone's
+# own code path fills most of the L1 instruction cache, so every line of
+# manager code run between two loads also evicts some of the load's: the I1
+# column shows that cost, which the instruction count alone does not.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+cache=0
+if [ "${1:-}" = "--cache" ]; then
+  cache=1
+  shift
+fi
 build=${1:-build}
 driver="$build/bench/residency-instruction-counts"
 if [ ! -x "$driver" ]; then
@@ -18,8 +29,10 @@ trap 'rm -rf "$out"' EXIT
 # second of real time, which under valgrind falls at a varying operation and
 # moves the counts by tens of instructions from run to run. (Valgrind does not
 # count the system clock's kernel time either, so neither clock's cost shows.)
+simulate=()
+[ "$cache" = 1 ] && simulate=(--cache-sim=yes --I1=32768,8,64 --D1=32768,8,64 --LL=4194304,16,64)
 FHELIUM_RESIDENCY_CLOCK=system \
-  valgrind --tool=callgrind --collect-atstart=no --callgrind-out-file="$out/counts.%p" "$driver" > "$out/driver.log" 2> "$out/valgrind.log" || {
+  valgrind --tool=callgrind "${simulate[@]}" --collect-atstart=no --callgrind-out-file="$out/counts.%p" "$driver" > "$out/driver.log" 2> "$out/valgrind.log" || {
     cat "$out/valgrind.log" >&2
     # Valgrind 3.19 cannot decode rdtscp on some CPUs; libhwy (a dependency
     # of libtorch's image libraries) executes it while the driver loads.
@@ -37,11 +50,23 @@ for dump in $(cd "$out" && ls counts.* | sort -t. -k3 -n); do
   [ -n "$label" ] || continue
   total=$(sed -n 's/^totals: //p;s/^summary: //p' "$dump" | head -n 1)
   echo "$label $total"
-done | awk '
-  { name[NR] = $1; per[$1] = $3 / $2; order[NR] = $1 }
+done | awk -v cache="$cache" '
+  # Fields: label, operations, then the events in callgrind order: Ir, and
+  # with the cache simulation Dr Dw I1mr D1mr D1mw ILmr DLmr DLmw.
+  {
+    name[NR] = $1; order[NR] = $1
+    per[$1] = $3 / $2
+    if (cache) { i1[$1] = $6 / $2; d1[$1] = $7 / $2 }
+  }
+  function row(label, ir, im, dm) {
+    if (cache) printf "%-28s %14.0f %10.1f %10.1f\n", label, ir, im, dm
+    else printf "%-28s %14.0f\n", label, ir
+  }
   END {
-    printf "%-28s %14s\n", "operation", "instructions"
-    for (i = 1; i <= NR; ++i) printf "%-28s %14.0f\n", order[i], per[order[i]]
-    printf "%-28s %14.0f\n", "ensure above the load", per["ensure_from_source"] - per["source_load"]
-    printf "%-28s %14.0f\n", "execute above the loads", per["execute_actions"] - 0.5 * per["source_load"]
+    if (cache) printf "%-28s %14s %10s %10s\n", "operation", "instructions", "I1 misses", "D1 misses"
+    else printf "%-28s %14s\n", "operation", "instructions"
+    for (i = 1; i <= NR; ++i) row(order[i], per[order[i]], i1[order[i]], d1[order[i]])
+    e = "ensure_from_source"; l = "source_load"; x = "execute_actions"
+    row("ensure above the load", per[e] - per[l], i1[e] - i1[l], d1[e] - d1[l])
+    row("execute above the loads", per[x] - 0.5 * per[l], i1[x] - 0.5 * i1[l], d1[x] - 0.5 * d1[l])
   }'
