@@ -16,6 +16,9 @@ if [ "${1:-}" = "--cache" ]; then
   cache=1
   shift
 fi
+case "${1:-}" in
+  -*) echo "instruction-counts: unknown option '$1' (usage: bash tools/instruction-counts.sh [--cache] [BUILD_DIR])" >&2; exit 2 ;;
+esac
 build=${1:-build}
 driver="$build/bench/residency-instruction-counts"
 if [ ! -x "$driver" ]; then
@@ -49,14 +52,17 @@ for dump in $(cd "$out" && ls counts.* | sort -t. -k3 -n); do
   label=$(sed -n 's/^desc: Trigger: Client Request: //p' "$dump")
   [ -n "$label" ] || continue
   total=$(sed -n 's/^totals: //p;s/^summary: //p' "$dump" | head -n 1)
-  echo "$label $total"
+  events=$(sed -n 's/^events: //p' "$dump" | head -n 1 | tr ' ' ',')
+  echo "$label $events $total"
 done | awk -v cache="$cache" '
-  # Fields: label, operations, then the events in callgrind order: Ir, and
-  # with the cache simulation Dr Dw I1mr D1mr D1mw ILmr DLmr DLmw.
+  # Fields: label, operations, the dump'"'"'s event names (comma-separated), then
+  # their totals in that order.
   {
-    name[NR] = $1; order[NR] = $1
-    per[$1] = $3 / $2
-    if (cache) { i1[$1] = $6 / $2; d1[$1] = $7 / $2 }
+    order[NR] = $1
+    split($3, names, ",")
+    for (k in names) total[names[k]] = $(3 + k)
+    per[$1] = total["Ir"] / $2
+    if (cache) { i1[$1] = total["I1mr"] / $2; d1[$1] = total["D1mr"] / $2 }
   }
   function row(label, ir, im, dm) {
     if (cache) printf "%-28s %14.0f %10.1f %10.1f\n", label, ir, im, dm
