@@ -125,6 +125,17 @@ std::vector<FiredFault> FaultInjectingRuntime::fired() const {
   return fired_;
 }
 
+void FaultInjectingRuntime::begin_checking() {
+  std::lock_guard lock(mutex_);
+  ++checking_depth_;
+}
+
+void FaultInjectingRuntime::end_checking() {
+  std::lock_guard lock(mutex_);
+  if (checking_depth_ == 0) throw std::logic_error("FaultInjectingRuntime::end_checking without begin_checking");
+  --checking_depth_;
+}
+
 std::optional<FaultRule> FaultInjectingRuntime::select(FaultOperation operation,
                                                        const std::optional<ResidencyLocation>& location,
                                                        const std::optional<std::int64_t>& stream_id,
@@ -135,6 +146,7 @@ std::optional<FaultRule> FaultInjectingRuntime::select(FaultOperation operation,
     if (rule.operation != operation) continue;
     if (rule.location && rule.location != location) continue;
     if (rule.stream_id && rule.stream_id != stream_id) continue;
+    if (rule.during != FaultCalls::any && (rule.during == FaultCalls::checks) != (checking_depth_ > 0)) continue;
     const std::int64_t index = ++state.matches;
     if (rule.max_fires && state.fires >= *rule.max_fires) continue;
     if (rule.nth && index != *rule.nth) continue;

@@ -38,6 +38,19 @@ struct StepFailure {
   std::string message;
 };
 
+// The replay's own calls around a step (its snapshots, the explain it
+// compares an execute with): fault rules with `during: step` pass them by.
+class OwnChecks {
+ public:
+  explicit OwnChecks(FaultInjectingRuntime& faults) : faults_(faults) { faults_.begin_checking(); }
+  ~OwnChecks() { faults_.end_checking(); }
+  OwnChecks(const OwnChecks&) = delete;
+  OwnChecks& operator=(const OwnChecks&) = delete;
+
+ private:
+  FaultInjectingRuntime& faults_;
+};
+
 class Replayer {
  public:
   Replayer(const Scenario& scenario, const ReplayOptions& options)
@@ -160,7 +173,10 @@ class Replayer {
     // The controller decides from a fresh snapshot (which reaps completed
     // work); the checks compare against the same state.
     std::optional<ResidencySnapshot> before;
-    if (deciding(step) && manager_ && !manager_->closed()) before = manager_->snapshot();
+    if (deciding(step) && manager_ && !manager_->closed()) {
+      const OwnChecks checks(*faults_);
+      before = manager_->snapshot();
+    }
     Outcome outcome;
     try {
       outcome = perform(step, preflight);
@@ -305,6 +321,7 @@ class Replayer {
       case StepKind::execute: {
         const auto list = names_.actions(step.actions);
         try {
+          const OwnChecks checks(*faults_);
           preflight = manager_->explain(ResidencyPlan{step.plan, list});
         } catch (...) {
         }
@@ -329,6 +346,7 @@ class Replayer {
           return outcome;
         }
         try {
+          const OwnChecks checks(*faults_);
           preflight = manager_->explain(names_.plan(step.plan));
         } catch (...) {
         }
@@ -533,6 +551,7 @@ class Replayer {
     if (!step_before_ || !manager_ || manager_->closed()) return "";
     std::vector<SnapshotDifference> changes;
     try {
+      const OwnChecks checks(*faults_);
       changes = diff(*step_before_, manager_->snapshot());
     } catch (...) {
       return "";
@@ -563,6 +582,7 @@ class Replayer {
       return nullptr;
     }
     step_spans_.clear();
+    const OwnChecks checks(*faults_);
     for (const auto& report : manager_->trace()) {
       step_transitions_.push_back(std::string(report.no_op ? "no-op " : "") + names_.described(report.action));
       const auto& where = report.destination ? report.destination : report.source;

@@ -387,7 +387,7 @@ int line_of(const YAML::Node& node) { return node.Mark().line + 1; }
 FaultRule parse_fault(const Reader& reader, const YAML::Node& node, const std::string& what) {
   reader.require_keys(node, what,
                       {"name", "operation", "location", "stream", "nth", "every", "probability", "max_fires",
-                       "effect", "delay_ns"});
+                       "effect", "delay_ns", "during"});
   FaultRule rule;
   rule.name = reader.name(reader.required(node, "name", what), what + " name");
   const std::string context = what + " '" + rule.name + "'";
@@ -411,6 +411,17 @@ FaultRule parse_fault(const Reader& reader, const YAML::Node& node, const std::s
   if (node["probability"]) rule.probability = reader.real(node["probability"], context + " probability");
   if (node["max_fires"]) rule.max_fires = reader.integer(node["max_fires"], context + " max_fires");
   if (node["delay_ns"]) rule.delay_ns = reader.integer(node["delay_ns"], context + " delay_ns");
+  if (const YAML::Node during = node["during"]) {
+    const std::string text = reader.text(during, context + " during");
+    if (text == "step") {
+      rule.during = FaultCalls::step;
+    } else if (text == "checks") {
+      rule.during = FaultCalls::checks;
+    } else if (text != "any") {
+      reader.fail(during, context + " during must be any (every matching call), step (only the steps' own calls) "
+                          "or checks (only the replay's checks between steps), got '" + text + "'");
+    }
+  }
   try {
     rule.validate();
   } catch (const std::invalid_argument& error) {

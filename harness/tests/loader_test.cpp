@@ -61,6 +61,8 @@ manager: {budgets: {cuda:0: 1MiB}, trace_capacity: 8}
 runtime: {cuda_devices: 1, capacity: {cuda:0: 2MiB}, copy_ns_per_mib: 5}
 faults:
   - {name: oom, operation: copy, location: cuda:0, nth: 2}
+  - {name: quiet, operation: query_event, during: step}
+  - {name: loud, operation: query_event, during: checks}
 values:
   w: {bytes: 4KiB, dtype: float16, mode: replicable, adopt_at: pinned-host}
   s: {elements: 8, source_at: pageable-host, fail_on_load: 1}
@@ -84,8 +86,11 @@ steps:
   EXPECT_EQ(scenario.trace_capacity, 8);
   EXPECT_EQ(scenario.cuda_devices, 1);
   EXPECT_EQ(scenario.copy_ns_per_mib, 5);
-  ASSERT_EQ(scenario.faults.size(), 1u);
+  ASSERT_EQ(scenario.faults.size(), 3u);
   EXPECT_EQ(scenario.faults[0].nth, 2);
+  EXPECT_EQ(scenario.faults[0].during, FaultCalls::any);
+  EXPECT_EQ(scenario.faults[1].during, FaultCalls::step);
+  EXPECT_EQ(scenario.faults[2].during, FaultCalls::checks);
   ASSERT_EQ(scenario.values.size(), 2u);
   EXPECT_EQ(scenario.values[0].elements, 2048);
   EXPECT_EQ(scenario.values[0].at, PINNED_HOST);
@@ -94,7 +99,7 @@ steps:
   EXPECT_EQ(scenario.plans[0].enter[0].from, PINNED_HOST);
   ASSERT_EQ(scenario.steps.size(), 5u);
   EXPECT_EQ(scenario.steps[0].kind, StepKind::acquire);
-  EXPECT_EQ(scenario.steps[0].line, 16);
+  EXPECT_EQ(scenario.steps[0].line, 18);
   EXPECT_TRUE(scenario.steps[1].wait);
   const Expectation& expect = scenario.steps[2].expect;
   EXPECT_EQ(expect.error, "plan");
@@ -207,6 +212,8 @@ TEST(Loader, NamesFileLineAndColumnOfEveryMistake) {
       {"name: x\nfaults:\n  - {name: f, operation: malloc}\nsteps: []\n", 3, 26, "unknown fault operation 'malloc'"},
       {"name: x\nfaults:\n  - {name: f, operation: copy, effect: delay, delay_ns: 5}\nsteps: []\n", 3, 5,
        "applies only to record_event"},
+      {"name: x\nfaults:\n  - {name: f, operation: copy, during: setup}\nsteps: []\n", 3, 40,
+       "fault 'f' during must be any (every matching call), step (only the steps' own calls) or checks"},
       {"name: x\nvalues:\n  a: {bytes: 4, adopt_at: pageable-host}\n  a: {bytes: 4, adopt_at: pageable-host}\nsteps: []\n",
        4, 3, "duplicate key 'a' (first at line 3)"},
       {"name: x\nvalues:\n  a: {adopt_at: pageable-host}\nsteps: []\n", 3, 6, "exactly one of 'elements' and 'bytes'"},

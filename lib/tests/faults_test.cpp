@@ -210,6 +210,39 @@ TEST_F(FaultFixture, APlannedDropRefusedWhenProtectionOutlivesThePreflight) {
   EXPECT_EQ(resident_at(manager, value), std::vector<ResidencyLocation>{PAGEABLE_HOST});
 }
 
+// A rule sees only the calls of its window: a `step` rule passes by the
+// calls made inside begin_checking/end_checking spans, uncounted, and a
+// `checks` rule passes by all others; spans nest, and an end without a
+// begin is refused.
+TEST_F(FaultFixture, RulesSeeOnlyTheCallsOfTheirWindow) {
+  FaultRule second_step_copy = rule("second-step-copy", FaultOperation::copy);
+  second_step_copy.nth = 2;
+  second_step_copy.during = harness::FaultCalls::step;
+  FaultRule first_check_copy = rule("first-check-copy", FaultOperation::copy);
+  first_check_copy.nth = 1;
+  first_check_copy.during = harness::FaultCalls::checks;
+  faults->add_rule(second_step_copy);
+  faults->add_rule(first_check_copy);
+  const ResidentValue value = make_value(4);
+  const auto copy = [&] { return faults->copy_to(value, CUDA0, simulated->stream(0, 1)); };
+  EXPECT_NO_THROW(copy());  // step call 1
+  faults->begin_checking();
+  faults->begin_checking();
+  EXPECT_THROW(copy(), c10::OutOfMemoryError);  // check call 1
+  faults->end_checking();
+  EXPECT_NO_THROW(copy());  // check call 2: still inside the outer span
+  faults->end_checking();
+  EXPECT_THROW(copy(), c10::OutOfMemoryError);  // step call 2: the checks were not counted
+  EXPECT_NO_THROW(copy());
+  EXPECT_THROW(faults->end_checking(), std::logic_error);
+  const auto fired = faults->fired();
+  ASSERT_EQ(fired.size(), 2u);
+  EXPECT_EQ(fired[0].rule, "first-check-copy");
+  EXPECT_EQ(fired[0].call_index, 1);
+  EXPECT_EQ(fired[1].rule, "second-step-copy");
+  EXPECT_EQ(fired[1].call_index, 2);
+}
+
 TEST_F(FaultFixture, DelayedAndNeverCompletingEvents) {
   const ResidencyHandle value = manager.adopt(make_value(4));
   manager.move(value, CUDA0);

@@ -36,6 +36,11 @@ enum class FaultEffect {
                    // location (remembered while an alias rule is armed), or fails when there is none
 };
 
+// Which calls a rule sees: any; step: not a harness's own checks between
+// and around the operations under test (snapshots, a comparison explain);
+// checks: only those.
+enum class FaultCalls { any, step, checks };
+
 const char* to_string(FaultOperation operation) noexcept;
 const char* to_string(FaultEffect effect) noexcept;
 // Parse the names above ("copy", "record_event", ...); std::invalid_argument otherwise.
@@ -57,6 +62,10 @@ struct FaultRule {
   std::optional<std::int64_t> max_fires;
   FaultEffect effect = FaultEffect::fail;
   std::int64_t delay_ns = 0;
+  // Which calls the rule sees (the others pass by, uncounted): every matching
+  // call, only those made outside the spans a harness marks as its own
+  // checks (begin_checking), or only those inside them.
+  FaultCalls during = FaultCalls::any;
 
   // Throws std::invalid_argument naming the rule and field for a bad rule.
   void validate() const;
@@ -97,6 +106,10 @@ class FaultInjectingRuntime final : public residency::DeviceRuntime {
   // Removes the rules named `name`; returns how many were removed.
   std::size_t remove_rule(const std::string& name);
   std::vector<FiredFault> fired() const;
+  // Marks the calls made until the matching end_checking() as a harness's own
+  // checks (see FaultCalls). Spans nest.
+  void begin_checking();
+  void end_checking();
   const std::shared_ptr<residency::DeviceRuntime>& upstream() const noexcept { return upstream_; }
 
  private:
@@ -128,6 +141,7 @@ class FaultInjectingRuntime final : public residency::DeviceRuntime {
   mutable std::mutex mutex_;
   std::vector<RuleState> rules_;
   std::vector<FiredFault> fired_;
+  int checking_depth_ = 0;
   std::mt19937_64 random_;
   // While an alias rule is armed: the last copy made to each location.
   std::map<ResidencyLocation, residency::ResidentValue> last_copy_;
