@@ -38,8 +38,9 @@ struct StepFailure {
   std::string message;
 };
 
-// The replay's own calls around a step (its snapshots, the explain it
-// compares an execute with): fault rules with `during: step` pass them by.
+// The replay's own calls around the steps (its snapshots, the explain it
+// compares a plan with, the final content check): fault rules with
+// `during: step` pass them by, and those with `during: checks` see only them.
 class OwnChecks {
  public:
   explicit OwnChecks(FaultInjectingRuntime& faults) : faults_(faults) { faults_.begin_checking(); }
@@ -656,6 +657,7 @@ class Replayer {
     current_step_ = scenario_.steps.size();
     if (manager_ && !manager_->closed()) {
       try {
+        const OwnChecks checks(*faults_);
         verify({});
       } catch (const StepFailure& failure) {
         throw StepFailure{"final content check: " + failure.message};
