@@ -107,7 +107,9 @@ class FaultInjectingRuntime final : public residency::DeviceRuntime {
   std::size_t remove_rule(const std::string& name);
   std::vector<FiredFault> fired() const;
   // Marks the calls made until the matching end_checking() as a harness's own
-  // checks (see FaultCalls). Spans nest.
+  // checks (see FaultCalls). Spans nest, and belong to the runtime, not to a
+  // thread: calls other threads make meanwhile count as checks too.
+  // end_checking() without a span throws std::logic_error.
   void begin_checking();
   void end_checking();
   const std::shared_ptr<residency::DeviceRuntime>& upstream() const noexcept { return upstream_; }
