@@ -1,5 +1,6 @@
 #include "fhelium/harness/decision_checker.hpp"
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <string>
@@ -35,11 +36,18 @@ std::vector<InvariantViolation> check_decision(const ResidencySnapshot& before, 
   std::map<std::string, const ResidencyValueSnapshot*> values;
   std::map<std::string, std::set<ResidencyLocation>> at;
   std::set<std::pair<std::string, ResidencyLocation>> protected_pairs;
+  // The decision was made from a snapshot of its own. When that is not
+  // `before` (state_version differs), the snapshot it saw may have retired
+  // some of before's pending leases, so pending events alone do not prove
+  // protection there; uses and holds do (only a step ends them).
+  const bool same_state = before.state_version == decision.expected_state_version;
   for (const auto& value : before.values) {
     values[value.handle.handle_id] = &value;
     for (const auto& materialization : value.materializations) {
       at[value.handle.handle_id].insert(materialization.location);
-      if (materialization.is_protected()) protected_pairs.insert({value.handle.handle_id, materialization.location});
+      const bool is_protected = same_state ? materialization.is_protected()
+                                           : materialization.use_count + materialization.hold_count > 0;
+      if (is_protected) protected_pairs.insert({value.handle.handle_id, materialization.location});
     }
   }
   for (std::size_t index = 0; index < plan.reclaim.size(); ++index) {
@@ -102,11 +110,39 @@ std::vector<InvariantViolation> check_decision(const ResidencySnapshot& before, 
 std::vector<InvariantViolation> check_unchanged(const ResidencySnapshot& before, const ResidencySnapshot& after) {
   std::vector<InvariantViolation> violations;
   const auto violated = [&](const std::string& detail) { violations.push_back({"decide-read-only", detail}); };
-  if (before.state_version != after.state_version) {
-    violated("state_version moved from " + std::to_string(before.state_version) + " to " +
-             std::to_string(after.state_version));
+  // Deciding observes the manager, and observing retires the leases whose
+  // events have completed (the replay's own snapshot before the step may
+  // have been kept from that by a failing query, or an event may complete
+  // in between on a real device). So the one change allowed is such a reap:
+  // pending event counts go down, state_version goes up by the number of
+  // leases retired, and nothing else moves. Every retired lease covered at
+  // least one materialization and took one from each count it covered, so
+  // the version moves exactly when some count went down, by no more than all
+  // the counts did and no less than any one of them did.
+  std::int64_t retired_events = 0, most_at_one = 0;
+  const auto pending_went_down = [&](std::int64_t was, std::int64_t is) { return is >= 0 && is <= was; };
+  if (before.values.size() != after.values.size()) {
+    violated("value count changed from " + std::to_string(before.values.size()) + " to " +
+             std::to_string(after.values.size()));
+  } else {
+    for (std::size_t i = 0; i < before.values.size(); ++i) {
+      const ResidencyValueSnapshot& was = before.values[i];
+      ResidencyValueSnapshot is = after.values[i];
+      bool reaped_only = was.materializations.size() == is.materializations.size();
+      for (std::size_t m = 0; reaped_only && m < is.materializations.size(); ++m) {
+        MaterializationSnapshot& item = is.materializations[m];
+        const std::int64_t had = was.materializations[m].pending_event_count;
+        if (!pending_went_down(had, item.pending_event_count)) {
+          reaped_only = false;
+          break;
+        }
+        retired_events += had - item.pending_event_count;
+        most_at_one = std::max(most_at_one, had - item.pending_event_count);
+        item.pending_event_count = had;
+      }
+      if (!reaped_only || !(was == is)) violated("value snapshot of " + value_name(was.handle) + " changed");
+    }
   }
-  if (before.values != after.values) violated("value snapshots changed");
   // Allocator figures are telemetry sampled from the runtime by each
   // snapshot (best effort, and a fault may fail the sampling); the manager's
   // own accounting is everything else.
@@ -119,10 +155,21 @@ std::vector<InvariantViolation> check_unchanged(const ResidencySnapshot& before,
       ResidencyLocationSnapshot is = after.locations[i];
       was.allocator_allocated_bytes = is.allocator_allocated_bytes = std::nullopt;
       was.allocator_reserved_bytes = is.allocator_reserved_bytes = std::nullopt;
-      if (was != is) violated("location accounting changed at " + was.location.name());
+      const bool reaped_only = pending_went_down(was.pending_event_count, is.pending_event_count);
+      if (reaped_only) is.pending_event_count = was.pending_event_count;
+      if (!reaped_only || was != is) violated("location accounting changed at " + was.location.name());
     }
   }
   if (before.reservations != after.reservations) violated("reservations changed");
+  const bool version_moved = after.state_version != before.state_version;
+  const bool version_fits_reap = after.state_version > before.state_version && retired_events > 0 &&
+                                 after.state_version - before.state_version <= static_cast<std::uint64_t>(retired_events) &&
+                                 after.state_version - before.state_version >= static_cast<std::uint64_t>(most_at_one);
+  if (version_moved ? !version_fits_reap : retired_events > 0) {
+    violated("state_version moved from " + std::to_string(before.state_version) + " to " +
+             std::to_string(after.state_version) + " while " + std::to_string(retired_events) +
+             " pending events were retired");
+  }
   return violations;
 }
 

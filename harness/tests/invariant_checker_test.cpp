@@ -218,5 +218,37 @@ TEST(DecisionChecker, ReadOnlyIgnoresAllocatorTelemetryButNotAccounting) {
             std::vector<std::string>{"decide-read-only"});
 }
 
+// Deciding observes the manager, and observing retires leases whose events
+// completed: that one change is allowed, and only in its exact shape.
+TEST(DecisionChecker, ReadOnlyAllowsOnlyTheRetiringOfCompletedLeases) {
+  const auto state = [](std::uint64_t version, std::int64_t pending, std::int64_t location_pending, std::int64_t used = 100) {
+    ResidencyLocationSnapshot where = location(CUDA0, used);
+    where.pending_event_count = location_pending;
+    return ResidencySnapshot("m", version, {value({MaterializationSnapshot(CUDA0, 100, 100, 100, 0, 0, pending)})},
+                             {where}, {}, 5);
+  };
+  using V = std::vector<std::string>;
+  const ResidencySnapshot before = state(7, 2, 2);
+  EXPECT_TRUE(check_unchanged(before, before).empty());
+  // One lease retired, or both at once: each bumps the version once.
+  EXPECT_TRUE(check_unchanged(before, state(8, 1, 1)).empty());
+  EXPECT_TRUE(check_unchanged(before, state(9, 0, 0)).empty());
+  // A lease takes one from each count it covers: two from one count are two leases.
+  EXPECT_EQ(names(check_unchanged(before, state(8, 0, 0))), V{"decide-read-only"});
+  // The version moved by more leases than there were events to retire.
+  EXPECT_EQ(names(check_unchanged(before, state(10, 0, 0))), V{"decide-read-only"});
+  // The version moved with nothing retired.
+  EXPECT_EQ(names(check_unchanged(before, state(8, 2, 2))), V{"decide-read-only"});
+  // Events retired without a version step.
+  EXPECT_EQ(names(check_unchanged(before, state(7, 1, 1))), V{"decide-read-only"});
+  // A pending count that rose is no reap.
+  EXPECT_EQ(names(check_unchanged(state(7, 1, 1), state(7, 2, 2))), (V{"decide-read-only", "decide-read-only"}));
+  // A reap with any other change is still flagged, naming what changed.
+  const auto changed = check_unchanged(before, state(8, 1, 1, 150));
+  ASSERT_EQ(names(changed), V{"decide-read-only"});
+  EXPECT_NE(changed.front().detail.find("location accounting changed at cuda:0"), std::string::npos)
+      << changed.front().detail;
+}
+
 }  // namespace
 }  // namespace fhelium::harness

@@ -13,12 +13,17 @@
 
 namespace fhelium::harness {
 
-// Violations of "decision-evictions" in `decision`, made from `before`.
+// Violations of "decision-evictions" in `decision`, made from `before` or
+// from a later snapshot that retired some of before's pending leases (then
+// only uses and holds count as protection: pending events may be over).
 std::vector<InvariantViolation> check_decision(const residency::ResidencySnapshot& before,
                                                const residency::ResidencyDecision& decision);
 
 // Violations of "decide-read-only": `after` must equal `before` in every
-// field but captured_at_ns.
+// field but captured_at_ns and the allocator telemetry, except for the
+// leases an observation retires: pending event counts may go down, and
+// state_version then moves by at least one and at most the number of
+// pending events retired.
 std::vector<InvariantViolation> check_unchanged(const residency::ResidencySnapshot& before,
                                                 const residency::ResidencySnapshot& after);
 
