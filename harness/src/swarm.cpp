@@ -123,11 +123,20 @@ class Generator {
       if (!chance(0.45)) continue;
       // Log-uniform from 1/1000 to 1/2: some fault kinds almost never, some constantly.
       const double probability = std::pow(10.0, -3.0 + 2.7 * std::uniform_real_distribution<double>(0.0, 1.0)(rng_));
+      // Which calls the rule sees: half the rules every call; the others only
+      // the steps' own calls (so the replay's snapshots neither use up nor
+      // absorb their fires), or only the replay's checks (a failing query
+      // there keeps the checks from reaping, so the next steps find more
+      // leases still pending).
+      const std::int64_t window = uniform(1, 10);
+      const std::string during = window <= 5 ? "" : window <= 8 ? "step" : "checks";
       rules_.push_back("{name: f" + std::to_string(rules_.size()) + ", operation: " + kind.operation + ", effect: " +
                        kind.effect + (std::string(kind.effect) == "delay" ? ", delay_ns: " + std::to_string(uniform(1, 100000)) : "") +
                        (chance(0.3) ? ", location: " + device_location() : "") +
-                       ", probability: " + format_probability(probability) + "}");
-      faults << (faults.tellp() > 0 ? " " : "") << kind.operation << "/" << kind.effect << "@" << format_probability(probability);
+                       ", probability: " + format_probability(probability) +
+                       (during.empty() ? "" : ", during: " + during) + "}");
+      faults << (faults.tellp() > 0 ? " " : "") << kind.operation << "/" << kind.effect << "@" << format_probability(probability)
+             << (during.empty() ? "" : "/" + during);
     }
     mix_ = (virtual_payload_ ? "virtual" : "real") + std::string(" payloads, ") + std::to_string(cuda_devices_) +
            " GPU(s); faults: " + (rules_.empty() ? "none" : faults.str()) + (source_faults_ ? " +source" : "") +
@@ -564,9 +573,9 @@ class Generator {
       case Op::arm_disarm: {
         if (rules_.empty()) break;
         const std::string rule = "f" + std::to_string(uniform(0, static_cast<std::int64_t>(rules_.size()) - 1));
-        if (disarmed_.insert(rule).second) {
-          emit("disarm: {name: " + rule + "}", false);
-        }
+        // A rule already disarmed is no step: draw another kind.
+        if (!disarmed_.insert(rule).second) break;
+        emit("disarm: {name: " + rule + "}", false);
         return true;
       }
     }
