@@ -14,6 +14,18 @@ namespace {
 
 std::string value_name(const ResidencyHandle& handle) { return "value '" + handle.handle_id + "'"; }
 
+// describe(action) with the handle id quoted ("drop '3' at cuda:0"), as
+// every handle id in a detail is, so a replay can put its names in.
+std::string quoted(const ResidencyAction& action) {
+  std::string text = describe(action);
+  const std::string& id = action_handle(action).handle_id;
+  const std::size_t at = text.find(' ');
+  if (at != std::string::npos && text.compare(at + 1, id.size(), id) == 0) {
+    text.replace(at + 1, id.size(), "'" + id + "'");
+  }
+  return text;
+}
+
 }  // namespace
 
 std::vector<InvariantViolation> check_decision(const ResidencySnapshot& before, const ResidencyDecision& decision) {
@@ -54,11 +66,11 @@ std::vector<InvariantViolation> check_decision(const ResidencySnapshot& before, 
     const ResidencyAction& action = plan.reclaim[index];
     const ResidencyHandle& handle = action_handle(action);
     if (index < decision.evictions.size() && !(decision.evictions[index].action == action)) {
-      violated("eviction " + std::to_string(index) + " does not describe reclaim action " + describe(action));
+      violated("eviction " + std::to_string(index) + " does not describe reclaim action " + quoted(action));
     }
     const auto found = values.find(handle.handle_id);
     if (found == values.end() || !(found->second->handle == handle) || found->second->discarded) {
-      violated("reclaim action " + describe(action) + " names an unknown or discarded value");
+      violated("reclaim action " + quoted(action) + " names an unknown or discarded value");
       continue;
     }
     const ResidencyValueSnapshot& value = *found->second;
@@ -68,12 +80,12 @@ std::vector<InvariantViolation> check_decision(const ResidencySnapshot& before, 
       released = drop->location;
     } else if (const auto* move = std::get_if<MoveResident>(&action)) {
       if (!move->from_location) {
-        violated("reclaim move " + describe(action) + " leaves its source implicit");
+        violated("reclaim move " + quoted(action) + " leaves its source implicit");
         continue;
       }
       released = *move->from_location;
     } else {
-      violated("reclaim action " + describe(action) + " is neither a drop nor a move");
+      violated("reclaim action " + quoted(action) + " is neither a drop nor a move");
       continue;
     }
     if (index < decision.evictions.size() && decision.evictions[index].released_location != released) {
@@ -81,20 +93,20 @@ std::vector<InvariantViolation> check_decision(const ResidencySnapshot& before, 
                decision.evictions[index].released_location.name() + ", its action releases " + released.name());
     }
     if (places.count(released) == 0) {
-      violated("reclaim action " + describe(action) + " releases a materialization that does not exist then");
+      violated("reclaim action " + quoted(action) + " releases a materialization that does not exist then");
       continue;
     }
     if (protected_pairs.count({handle.handle_id, released}) != 0) {
-      violated("reclaim action " + describe(action) + " touches a protected materialization of " + value_name(handle) +
+      violated("reclaim action " + quoted(action) + " touches a protected materialization of " + value_name(handle) +
                " at " + released.name());
     }
     places.erase(released);
     if (const auto* move = std::get_if<MoveResident>(&action)) {
       if (!places.insert(move->to).second) {
-        violated("reclaim move " + describe(action) + " moves onto an existing materialization");
+        violated("reclaim move " + quoted(action) + " moves onto an existing materialization");
       }
     } else if (places.empty() && value.spec.recoverability == Recoverability::must_preserve) {
-      violated("reclaim action " + describe(action) + " drops the last copy of must-preserve " + value_name(handle));
+      violated("reclaim action " + quoted(action) + " drops the last copy of must-preserve " + value_name(handle));
     }
   }
   for (const auto& value : before.values) {

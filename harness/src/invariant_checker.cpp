@@ -26,7 +26,7 @@ std::vector<InvariantViolation> InvariantChecker::check(const ResidencySnapshot&
   };
   std::map<ResidencyLocation, Totals> totals;
   for (const auto& value : snapshot.values) {
-    const std::string who = "value " + value.handle.handle_id;
+    const std::string who = "value '" + value.handle.handle_id + "'";
     expect(value.has_source == value.source_location.has_value(), "source-consistency",
            who + ": has_source=" + (value.has_source ? "true" : "false") + " but source_location is " +
                (value.source_location ? value.source_location->name() : "absent"),

@@ -273,7 +273,9 @@ class Replayer {
 
   void require_none(std::size_t index, const Step& step, const std::vector<InvariantViolation>& violations) {
     if (!violations.empty()) {
-      fail(index, step, "invariant " + violations.front().invariant + " violated: " + violations.front().detail);
+      // Handle ids in a detail are quoted: the scenario's names replace them.
+      fail(index, step,
+           "invariant " + violations.front().invariant + " violated: " + names_.quoted_names(violations.front().detail));
     }
   }
 

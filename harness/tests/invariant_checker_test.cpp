@@ -65,8 +65,14 @@ TEST(InvariantChecker, FlagsEachBrokenRule) {
   EXPECT_EQ(check_once(ResidencySnapshot("m", 1, {value({at(PAGEABLE_HOST), at(PINNED_HOST)})},
                                          {location(PAGEABLE_HOST, 100), location(PINNED_HOST, 100)}, {}, 5)),
             V{"exclusive-single"});
-  // MUST_PRESERVE with nothing
+  // MUST_PRESERVE with nothing; the detail quotes the handle id, for a replay to name
   EXPECT_EQ(check_once(ResidencySnapshot("m", 1, {value({})}, {}, {}, 5)), V{"must-preserve-kept"});
+  {
+    InvariantChecker checker;
+    const auto violations = checker.check(ResidencySnapshot("m", 1, {value({})}, {}, {}, 5));
+    ASSERT_EQ(violations.size(), 1u);
+    EXPECT_EQ(violations.front().detail, "value '1' is MUST_PRESERVE and has no materialization");
+  }
   // charge that does not match the spec
   EXPECT_EQ(check_once(ResidencySnapshot("m", 1, {value({at(PAGEABLE_HOST, 120)})}, {location(PAGEABLE_HOST, 120)}, {}, 5)),
             V{"charge-covers"});

@@ -981,8 +981,10 @@ TEST(DecisionChecker, ReportsProtectedVictimsLostMustPreserveValuesAndDiscards) 
   const ResidencyRequest request = one("forged", precious, PAGEABLE_HOST);
 
   EXPECT_TRUE(harness::check_decision(before, forged(before, request, {DropResident{replica, PAGEABLE_HOST}})).empty());
+  // Handle ids are quoted in each detail, so a replay can put its names in.
   EXPECT_TRUE(reports(harness::check_decision(before, forged(before, request, {DropResident{replica, PINNED_HOST}})),
-                      "protected"));
+                      "reclaim action drop '" + replica.handle_id + "' at pinned-host touches a protected "
+                      "materialization of value '" + replica.handle_id + "'"));
   EXPECT_TRUE(reports(harness::check_decision(before, forged(before, request, {DropResident{precious, PAGEABLE_HOST}})),
                       "last copy of must-preserve"));
   EXPECT_TRUE(reports(

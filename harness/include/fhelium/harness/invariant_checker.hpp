@@ -16,7 +16,7 @@ namespace fhelium::harness {
 
 struct InvariantViolation {
   std::string invariant;  // short stable name, e.g. "budget-arithmetic"
-  std::string detail;     // the numbers that broke it
+  std::string detail;     // the numbers that broke it; handle ids in it are quoted ('3')
 };
 
 class InvariantChecker {
