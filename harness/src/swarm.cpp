@@ -258,11 +258,26 @@ class Generator {
     }
   }
 
+  // An action on a place a lease released without waiting may still
+  // protect: a drop there, or a move away from it. Empty when there is none.
+  std::string aimed_action() {
+    if (pending_places_.empty()) return {};
+    const Place& place = pending_places_[static_cast<std::size_t>(next() % pending_places_.size())];
+    if (chance(0.7)) return "{drop: {value: " + place.value + ", at: " + place.at + "}}";
+    return "{move: {value: " + place.value + ", to: " + location() + ", from: " + place.at + "}}";
+  }
+
   std::string actions(std::int64_t lo, std::int64_t hi) {
     std::vector<std::string> list;
     const auto count = uniform(lo, hi);
     // Frozen values take no actions; some value always is not frozen.
     while (static_cast<std::int64_t>(list.size()) < count) {
+      if (chance(0.3)) {
+        if (std::string aimed = aimed_action(); !aimed.empty()) {
+          list.push_back(std::move(aimed));
+          continue;
+        }
+      }
       const GenValue& value = pick(decls_);
       if (!value.frozen) list.push_back(action(value));
     }
@@ -450,6 +465,11 @@ class Generator {
         return true;
       }
       case Op::drop:
+        if (!pending_places_.empty() && chance(0.4)) {
+          const Place& place = pending_places_[static_cast<std::size_t>(next() % pending_places_.size())];
+          emit("drop: {value: " + place.value + ", at: " + place.at + "}");
+          return true;
+        }
         if (value == nullptr) break;
       {
         const std::string at = likely_location(*value);
@@ -483,8 +503,9 @@ class Generator {
       case Op::acquire: {
         if (value == nullptr) break;
         const std::string at = likely_location(*value);
-        emit("acquire: {values: " + values_at(*value, at, 3) + ", at: " + at + lease_stream(at) + ", as: " +
-             fresh("l", "lease") + "}");
+        const std::string lease = fresh("l", "lease");
+        emit("acquire: {values: " + values_at(*value, at, 3) + ", at: " + at + lease_stream(at) + ", as: " + lease + "}");
+        lease_places_[lease] = {value->name, at};
         return true;
       }
       case Op::add_stream: {
@@ -496,7 +517,12 @@ class Generator {
       case Op::release_lease: {
         const std::string lease = close_one("lease");
         if (lease.empty()) break;
-        emit("release: {lease: " + lease + ", wait: " + (chance(0.5) ? "true" : "false") + "}");
+        const bool wait = chance(0.5);
+        emit("release: {lease: " + lease + ", wait: " + (wait ? "true" : "false") + "}");
+        if (!wait) {
+          pending_places_.push_back(lease_places_[lease]);
+          if (pending_places_.size() > 8) pending_places_.erase(pending_places_.begin());
+        }
         return true;
       }
       case Op::hold:
@@ -632,6 +658,14 @@ class Generator {
   int lifetimes_ = 0;
   int requests_ = 0;
   std::vector<Open> open_;
+  // Where each open lease was taken (its first value and location), and the
+  // places of leases released without waiting, newest last: their
+  // protection may still be pending, so steps and plans aim at them.
+  struct Place {
+    std::string value, at;
+  };
+  std::map<std::string, Place> lease_places_;
+  std::vector<Place> pending_places_;
   std::ostringstream values_, plans_, steps_text_;
 };
 
