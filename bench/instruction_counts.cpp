@@ -8,7 +8,9 @@
 // Run it under callgrind through tools/instruction-counts.sh, which prints a
 // table of instructions per operation; run directly, it only executes the
 // workloads and checks, outside the counted regions, that each did what it
-// is counted as (so no count is ever of a no-op). With --profile it leaves
+// is counted as (so no count is ever of a no-op). With --baselines it counts
+// the baselines (bare loads and releases) of the ensure and drop workloads
+// instead of the operations (see count_paired). With --profile it leaves
 // collection alone, for a profile of one function through callgrind's own
 // --toggle-collect.
 #include <valgrind/callgrind.h>
@@ -29,16 +31,29 @@ using namespace fhelium::residency;
 
 using namespace fhelium::bench::torch_workload;
 
-// Counts the instructions of `measured` alone and dumps them under `name`,
-// with the number of operations it ran, for tools/instruction-counts.sh.
 bool profile = false;
 
+// Which side of the paired workloads a run collects. An operation and its
+// baseline (an ensure and a bare load, a drop and a bare release) run
+// interleaved, one of each in turn, so both meet the same heap: counted
+// apart, in phases of their own, each would find the free chunks the phase
+// before left (a phase that follows 1000 releases spends hundreds of
+// instructions per allocation searching malloc's bins), and the difference
+// would be the heap's history, not the manager. One run collects the
+// operations, a second run (--baselines) of the same deterministic program
+// the baselines, so the two counts come from identical heap histories: the
+// two runs allocate exactly alike, counting or not.
+bool count_baselines = false;
+
+// Counts the instructions of `measured` alone and dumps them under `name`,
+// with the number of operations it ran, for tools/instruction-counts.sh.
+// Not collected in the baselines' run (it runs `measured` all the same).
 void count(const std::string& name, std::int64_t operations, const std::function<void()>& measured) {
-  if (profile) {
+  const std::string label = name + " " + std::to_string(operations);
+  if (profile || count_baselines) {
     measured();
     return;
   }
-  const std::string label = name + " " + std::to_string(operations);
   CALLGRIND_ZERO_STATS;
   CALLGRIND_TOGGLE_COLLECT;
   measured();
@@ -67,37 +82,72 @@ std::vector<ResidentValue> fresh_values(std::int64_t count_of) {
   return values;
 }
 
+// One interleaved pair workload: `operation(i)` and `baseline(i)` for each i
+// in turn (alternating which goes first, as the paired benchmarks do), with
+// collection on around the side being counted only.
+template <class Operation, class Baseline>
+void count_paired(const std::string& operation_name, const std::string& baseline_name, std::int64_t operations,
+                  Operation&& operation, Baseline&& baseline) {
+  const auto run = [&](bool counted, auto&& work, std::int64_t i) {
+    if (counted && !profile) CALLGRIND_TOGGLE_COLLECT;
+    work(i);
+    if (counted && !profile) CALLGRIND_TOGGLE_COLLECT;
+  };
+  if (!profile) CALLGRIND_ZERO_STATS;
+  for (std::int64_t i = 0; i < operations; ++i) {
+    if (i % 2 == 0) {
+      run(!count_baselines, operation, i);
+      run(count_baselines, baseline, i);
+    } else {
+      run(count_baselines, baseline, i);
+      run(!count_baselines, operation, i);
+    }
+  }
+  const std::string label = (count_baselines ? baseline_name : operation_name) + " " + std::to_string(operations);
+  if (profile) return;
+  CALLGRIND_DUMP_STATS_AT(label.c_str());
+  std::printf("%s\n", label.c_str());
+}
+
 void source_workloads() {
   const auto source = clone_source(template_tensor());
   {
-    // Kept, as ensure keeps them; released outside the count.
+    auto manager = fresh_manager();
+    std::vector<ResidencyHandle> handles;
+    handles.reserve(batch);
+    count("register_source", batch, [&] {
+      for (std::int64_t i = 0; i < batch; ++i) handles.push_back(manager->register_source(source_spec(), source));
+    });
+    expect(manager->snapshot().values.size() == static_cast<std::size_t>(batch), "register_source registers each");
+    // Loads kept, as ensure keeps them; released outside the count.
     std::vector<ResidentValue> loaded;
     loaded.reserve(static_cast<std::size_t>(batch));
-    count("source_load", batch, [&] {
-      for (std::int64_t i = 0; i < batch; ++i) loaded.push_back(source->load());
-    });
+    count_paired(
+        "ensure_from_source", "source_load", batch,
+        [&](std::int64_t i) { manager->ensure(handles[static_cast<std::size_t>(i)], PAGEABLE_HOST); },
+        [&](std::int64_t) { loaded.push_back(source->load()); });
+    expect(used_bytes(*manager, PAGEABLE_HOST) == batch * source_spec().storage_nbytes, "each ensure loads");
+    expect(loaded.size() == static_cast<std::size_t>(batch), "each baseline loads");
   }
   {
-    std::vector<ResidentValue> values = fresh_values(batch);
-    count("tensor_release", batch, [&] {
-      for (auto& value : values) ResidentValue released = std::move(value);
-    });
+    // The values to drop and the bare ones to release, made in turn, one of
+    // each, so that neither set lies next to the heap's top.
+    auto manager = fresh_manager();
+    std::vector<ResidencyHandle> handles;
+    std::vector<ResidentValue> bare;
+    handles.reserve(batch);
+    bare.reserve(static_cast<std::size_t>(batch));
+    for (std::int64_t i = 0; i < batch; ++i) {
+      handles.push_back(manager->register_source(source_spec(), source));
+      manager->ensure(handles.back(), PAGEABLE_HOST);
+      bare.push_back(source->load());
+    }
+    count_paired(
+        "drop", "tensor_release", batch,
+        [&](std::int64_t i) { manager->drop(handles[static_cast<std::size_t>(i)], PAGEABLE_HOST); },
+        [&](std::int64_t i) { ResidentValue released = std::move(bare[static_cast<std::size_t>(i)]); });
+    expect(used_bytes(*manager, PAGEABLE_HOST) == 0, "each drop releases");
   }
-  auto manager = fresh_manager();
-  std::vector<ResidencyHandle> handles;
-  handles.reserve(batch);
-  count("register_source", batch, [&] {
-    for (std::int64_t i = 0; i < batch; ++i) handles.push_back(manager->register_source(source_spec(), source));
-  });
-  expect(manager->snapshot().values.size() == static_cast<std::size_t>(batch), "register_source registers each");
-  count("ensure_from_source", batch, [&] {
-    for (const auto& handle : handles) manager->ensure(handle, PAGEABLE_HOST);
-  });
-  expect(used_bytes(*manager, PAGEABLE_HOST) == batch * source_spec().storage_nbytes, "each ensure loads");
-  count("drop", batch, [&] {
-    for (const auto& handle : handles) manager->drop(handle, PAGEABLE_HOST);
-  });
-  expect(used_bytes(*manager, PAGEABLE_HOST) == 0, "each drop releases");
 }
 
 void value_workloads() {
@@ -159,8 +209,19 @@ void plan_workloads() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  profile = argc > 1 && std::string(argv[1]) == "--profile";
+  const std::string mode = argc > 1 ? argv[1] : "";
+  if (!mode.empty() && mode != "--profile" && mode != "--baselines") {
+    std::fprintf(stderr, "usage: %s [--profile | --baselines]\n", argv[0]);
+    return 2;
+  }
+  profile = mode == "--profile";
+  count_baselines = mode == "--baselines";
+  // A buffer of its own for stdout, so that its first use (in either run, at
+  // a different point) allocates nothing on the heap the counts depend on.
+  static char out_buffer[4096];
+  std::setvbuf(stdout, out_buffer, _IOLBF, sizeof out_buffer);
   source_workloads();
+  if (count_baselines) return 0;  // the other workloads have no baseline
   value_workloads();
   plan_workloads();
   return 0;

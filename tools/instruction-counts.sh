@@ -34,20 +34,30 @@ trap 'rm -rf "$out"' EXIT
 # count the system clock's kernel time either, so neither clock's cost shows.)
 simulate=()
 [ "$cache" = 1 ] && simulate=(--cache-sim=yes --I1=32768,8,64 --D1=32768,8,64 --LL=4194304,16,64)
-FHELIUM_RESIDENCY_CLOCK=system \
-  valgrind --tool=callgrind "${simulate[@]}" --collect-atstart=no --callgrind-out-file="$out/counts.%p" "$driver" > "$out/driver.log" 2> "$out/valgrind.log" || {
-    cat "$out/valgrind.log" >&2
-    # Valgrind 3.19 cannot decode rdtscp on some CPUs; libhwy (a dependency
-    # of libtorch's image libraries) executes it while the driver loads.
-    if grep -q "Unrecognised instruction" "$out/valgrind.log"; then
-      where=$(grep -m1 -A1 "Unrecognised instruction" "$out/valgrind.log" | sed -n 's/.*at 0x[0-9A-F]*: //p')
-      echo "instruction-counts: valgrind could not decode an instruction the driver runs (in ${where:-a library it loads})," \
-        "so nothing was counted; a newer valgrind, or a machine where that library does not execute it, can count" >&2
-    fi
-    exit 1
-  }
-# Each dump names its workload and operation count in its trigger line.
-for dump in $(cd "$out" && ls counts.* | sort -t. -k3 -n); do
+# Two runs of the same deterministic driver: the first counts the
+# operations, the second (--baselines) the bare loads and releases they are
+# compared with, interleaved with the same operations, so that both sides of
+# each difference meet the same heap.
+for pass in operations baselines; do
+  args=()
+  [ "$pass" = baselines ] && args=(--baselines)
+  FHELIUM_RESIDENCY_CLOCK=system \
+    valgrind --tool=callgrind "${simulate[@]}" --collect-atstart=no --callgrind-out-file="$out/counts.$pass.%p" \
+      "$driver" "${args[@]}" > "$out/driver.log" 2> "$out/valgrind.log" || {
+      cat "$out/valgrind.log" >&2
+      # Valgrind 3.19 cannot decode rdtscp on some CPUs; libhwy (a dependency
+      # of libtorch's image libraries) executes it while the driver loads.
+      if grep -q "Unrecognised instruction" "$out/valgrind.log"; then
+        where=$(grep -m1 -A1 "Unrecognised instruction" "$out/valgrind.log" | sed -n 's/.*at 0x[0-9A-F]*: //p')
+        echo "instruction-counts: valgrind could not decode an instruction the driver runs (in ${where:-a library it loads})," \
+          "so nothing was counted; a newer valgrind, or a machine where that library does not execute it, can count" >&2
+      fi
+      exit 1
+    }
+done
+# Each dump names its workload and operation count in its trigger line; the
+# baselines' pass first, then the operations', each in the order it dumped.
+for dump in $(cd "$out" && ls counts.* | sort -t. -k2,2 -k4,4n); do
   dump="$out/$dump"
   label=$(sed -n 's/^desc: Trigger: Client Request: //p' "$dump")
   [ -n "$label" ] || continue
@@ -74,5 +84,7 @@ done | awk -v cache="$cache" '
     for (i = 1; i <= NR; ++i) row(order[i], per[order[i]], i1[order[i]], d1[order[i]])
     e = "ensure_from_source"; l = "source_load"; x = "execute_actions"
     row("ensure above the load", per[e] - per[l], i1[e] - i1[l], d1[e] - d1[l])
+    d = "drop"; r = "tensor_release"
+    row("drop above the release", per[d] - per[r], i1[d] - i1[r], d1[d] - d1[r])
     row("execute above the loads", per[x] - 0.5 * per[l], i1[x] - 0.5 * i1[l], d1[x] - 0.5 * d1[l])
   }'
