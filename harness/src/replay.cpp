@@ -494,12 +494,21 @@ class Replayer {
     std::vector<InvariantViolation> violations;
     if (step.kind == StepKind::decide) violations = check_unchanged(before, after);
     if (outcome.decision) {
-      // A decide step changes nothing but retired leases: when the snapshot
-      // after it is the state the decision was made from, check against that.
-      const bool after_is_decided_state =
-          step.kind == StepKind::decide && after.state_version == outcome.decision->expected_state_version;
-      for (auto& violation : check_decision(after_is_decided_state ? after : before, *outcome.decision)) {
-        violations.push_back(std::move(violation));
+      // A decide step changes nothing but retired leases (check_unchanged
+      // holds it to that), so the state after it is the state the decision
+      // was made from, less any leases the checks after it retired: its
+      // protections are all the decision saw, or fewer. Checked against it
+      // as the decided state, an eviction of something still protected there
+      // is a real violation even when a later reap moved the version. A use
+      // step executes its decision, so there only the state before it
+      // serves (check_decision then lets pending events prove nothing when
+      // the decision saw a later version).
+      if (step.kind == StepKind::decide && violations.empty()) {
+        ResidencySnapshot decided = after;
+        decided.state_version = outcome.decision->expected_state_version;
+        for (auto& violation : check_decision(decided, *outcome.decision)) violations.push_back(std::move(violation));
+      } else {
+        for (auto& violation : check_decision(before, *outcome.decision)) violations.push_back(std::move(violation));
       }
     }
     require_none(index, step, violations);
