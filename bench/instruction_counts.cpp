@@ -45,6 +45,13 @@ bool profile = false;
 // two runs allocate exactly alike, counting or not.
 bool count_baselines = false;
 
+// Dumps what was collected under `label` ("name operations"), which the
+// script reads back, and prints the label.
+void dump(const std::string& label) {
+  CALLGRIND_DUMP_STATS_AT(label.c_str());
+  std::printf("%s\n", label.c_str());
+}
+
 // Counts the instructions of `measured` alone and dumps them under `name`,
 // with the number of operations it ran, for tools/instruction-counts.sh.
 // Not collected in the baselines' run (it runs `measured` all the same).
@@ -58,8 +65,7 @@ void count(const std::string& name, std::int64_t operations, const std::function
   CALLGRIND_TOGGLE_COLLECT;
   measured();
   CALLGRIND_TOGGLE_COLLECT;
-  CALLGRIND_DUMP_STATS_AT(label.c_str());
-  std::printf("%s\n", label.c_str());
+  dump(label);
 }
 
 // Exits with a message when a workload did not do what it is counted as.
@@ -104,9 +110,7 @@ void count_paired(const std::string& operation_name, const std::string& baseline
     }
   }
   const std::string label = (count_baselines ? baseline_name : operation_name) + " " + std::to_string(operations);
-  if (profile) return;
-  CALLGRIND_DUMP_STATS_AT(label.c_str());
-  std::printf("%s\n", label.c_str());
+  if (!profile) dump(label);
 }
 
 void source_workloads() {

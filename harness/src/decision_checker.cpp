@@ -28,7 +28,8 @@ std::string quoted(const ResidencyAction& action) {
 
 }  // namespace
 
-std::vector<InvariantViolation> check_decision(const ResidencySnapshot& before, const ResidencyDecision& decision) {
+std::vector<InvariantViolation> check_decision(const ResidencySnapshot& state, const ResidencyDecision& decision,
+                                               bool pending_events_protect) {
   std::vector<InvariantViolation> violations;
   const auto violated = [&](const std::string& detail) { violations.push_back({"decision-evictions", detail}); };
   const ResidencyPlan& plan = decision.plan;
@@ -48,17 +49,12 @@ std::vector<InvariantViolation> check_decision(const ResidencySnapshot& before, 
   std::map<std::string, const ResidencyValueSnapshot*> values;
   std::map<std::string, std::set<ResidencyLocation>> at;
   std::set<std::pair<std::string, ResidencyLocation>> protected_pairs;
-  // The decision was made from a snapshot of its own. When that is not
-  // `before` (state_version differs), the snapshot it saw may have retired
-  // some of before's pending leases, so pending events alone do not prove
-  // protection there; uses and holds do (only a step ends them).
-  const bool same_state = before.state_version == decision.expected_state_version;
-  for (const auto& value : before.values) {
+  for (const auto& value : state.values) {
     values[value.handle.handle_id] = &value;
     for (const auto& materialization : value.materializations) {
       at[value.handle.handle_id].insert(materialization.location);
-      const bool is_protected = same_state ? materialization.is_protected()
-                                           : materialization.use_count + materialization.hold_count > 0;
+      const bool is_protected = pending_events_protect ? materialization.is_protected()
+                                                       : materialization.use_count + materialization.hold_count > 0;
       if (is_protected) protected_pairs.insert({value.handle.handle_id, materialization.location});
     }
   }
@@ -109,7 +105,7 @@ std::vector<InvariantViolation> check_decision(const ResidencySnapshot& before, 
       violated("reclaim action " + quoted(action) + " drops the last copy of must-preserve " + value_name(handle));
     }
   }
-  for (const auto& value : before.values) {
+  for (const auto& value : state.values) {
     if (value.discarded || value.spec.recoverability != Recoverability::must_preserve) continue;
     if (!value.materializations.empty() && at[value.handle.handle_id].empty()) {
       violated("must-preserve " + value_name(value.handle) + " has no materialization after the reclaim actions");
@@ -139,6 +135,7 @@ std::vector<InvariantViolation> check_unchanged(const ResidencySnapshot& before,
   } else {
     for (std::size_t i = 0; i < before.values.size(); ++i) {
       const ResidencyValueSnapshot& was = before.values[i];
+      if (was == after.values[i]) continue;  // the common case: no copy
       ResidencyValueSnapshot is = after.values[i];
       bool reaped_only = was.materializations.size() == is.materializations.size();
       for (std::size_t m = 0; reaped_only && m < is.materializations.size(); ++m) {

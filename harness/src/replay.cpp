@@ -496,19 +496,15 @@ class Replayer {
     if (outcome.decision) {
       // A decide step changes nothing but retired leases (check_unchanged
       // holds it to that), so the state after it is the state the decision
-      // was made from, less any leases the checks after it retired: its
-      // protections are all the decision saw, or fewer. Checked against it
-      // as the decided state, an eviction of something still protected there
-      // is a real violation even when a later reap moved the version. A use
-      // step executes its decision, so there only the state before it
-      // serves (check_decision then lets pending events prove nothing when
-      // the decision saw a later version).
-      if (step.kind == StepKind::decide && violations.empty()) {
-        ResidencySnapshot decided = after;
-        decided.state_version = outcome.decision->expected_state_version;
-        for (auto& violation : check_decision(decided, *outcome.decision)) violations.push_back(std::move(violation));
-      } else {
-        for (auto& violation : check_decision(before, *outcome.decision)) violations.push_back(std::move(violation));
+      // was made from, less any leases the checks after it retired: every
+      // protection left there, pending ones included, the decision saw too.
+      // A use step executes its decision, so only the state before it
+      // serves; when the decision saw a later version, its own snapshot may
+      // have retired pending leases there, and they prove nothing.
+      const bool decide = step.kind == StepKind::decide;
+      const bool pending_protect = decide || before.state_version == outcome.decision->expected_state_version;
+      for (auto& violation : check_decision(decide ? after : before, *outcome.decision, pending_protect)) {
+        violations.push_back(std::move(violation));
       }
     }
     require_none(index, step, violations);

@@ -72,6 +72,11 @@ struct Open {
 };
 
 class Generator {
+  // A value and a location a lease was taken at.
+  struct Place {
+    std::string value, at;
+  };
+
  public:
   Generator(std::uint64_t seed, std::size_t steps) : rng_(seed), seed_(seed), steps_(steps) {}
 
@@ -258,13 +263,20 @@ class Generator {
     }
   }
 
-  // An action on a place a lease released without waiting may still
-  // protect: a drop there, or a move away from it. Empty when there is none.
+  // A place a lease released without waiting may still protect, or
+  // nullptr when there is none.
+  const Place* pending_place() {
+    if (pending_places_.empty()) return nullptr;
+    return &pending_places_[static_cast<std::size_t>(next() % pending_places_.size())];
+  }
+
+  // An action on such a place: a drop there, or a move away from it. Empty
+  // when there is none.
   std::string aimed_action() {
-    if (pending_places_.empty()) return {};
-    const Place& place = pending_places_[static_cast<std::size_t>(next() % pending_places_.size())];
-    if (chance(0.7)) return "{drop: {value: " + place.value + ", at: " + place.at + "}}";
-    return "{move: {value: " + place.value + ", to: " + location() + ", from: " + place.at + "}}";
+    const Place* place = pending_place();
+    if (place == nullptr) return {};
+    if (chance(0.7)) return "{drop: {value: " + place->value + ", at: " + place->at + "}}";
+    return "{move: {value: " + place->value + ", to: " + location() + ", from: " + place->at + "}}";
   }
 
   std::string actions(std::int64_t lo, std::int64_t hi) {
@@ -466,8 +478,8 @@ class Generator {
       }
       case Op::drop:
         if (!pending_places_.empty() && chance(0.4)) {
-          const Place& place = pending_places_[static_cast<std::size_t>(next() % pending_places_.size())];
-          emit("drop: {value: " + place.value + ", at: " + place.at + "}");
+          const Place* place = pending_place();
+          emit("drop: {value: " + place->value + ", at: " + place->at + "}");
           return true;
         }
         if (value == nullptr) break;
@@ -519,8 +531,9 @@ class Generator {
         if (lease.empty()) break;
         const bool wait = chance(0.5);
         emit("release: {lease: " + lease + ", wait: " + (wait ? "true" : "false") + "}");
-        if (!wait) {
-          pending_places_.push_back(lease_places_[lease]);
+        auto place = lease_places_.extract(lease);
+        if (!wait && !place.empty()) {
+          pending_places_.push_back(std::move(place.mapped()));
           if (pending_places_.size() > 8) pending_places_.erase(pending_places_.begin());
         }
         return true;
@@ -552,6 +565,7 @@ class Generator {
         if (open_.empty()) break;
         const Open lifetime = open_[static_cast<std::size_t>(next() % open_.size())];
         close_named(lifetime.name);
+        lease_places_.erase(lifetime.name);
         emit("abandon: {" + lifetime.kind + ": " + lifetime.name + "}");
         return true;
       }
@@ -661,9 +675,6 @@ class Generator {
   // Where each open lease was taken (its first value and location), and the
   // places of leases released without waiting, newest last: their
   // protection may still be pending, so steps and plans aim at them.
-  struct Place {
-    std::string value, at;
-  };
   std::map<std::string, Place> lease_places_;
   std::vector<Place> pending_places_;
   std::ostringstream values_, plans_, steps_text_;

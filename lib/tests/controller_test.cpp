@@ -998,6 +998,36 @@ TEST(DecisionChecker, ReportsProtectedVictimsLostMustPreserveValuesAndDiscards) 
   hold.release();
 }
 
+// A pending event protects as a hold does, unless the state checked is
+// older than the decision's (whose own snapshot may have retired it); a
+// hold protects either way.
+TEST(DecisionChecker, PendingEventsProtectOnlyWhenTheStateIsTheDecisions) {
+  auto fixture = make_fixture();
+  ResidencyManager& manager = *fixture.manager;
+  const ResidencyHandle pending = manager.adopt(blob(1), std::nullopt, ReplicaMode::replicable);
+  const ResidencyHandle held = manager.adopt(blob(2), std::nullopt, ReplicaMode::replicable);
+  manager.ensure(pending, PINNED_HOST);
+  manager.ensure(held, PINNED_HOST);
+  ResidencyHold hold = manager.hold({held}, PINNED_HOST);
+  ResidencySnapshot state = state_of(manager);
+  // A pending event on `pending` at pinned-host, written into the record:
+  // the checker reads records only.
+  for (auto& value : state.values) {
+    if (value.handle != pending) continue;
+    for (auto& item : value.materializations) {
+      if (item.location == PINNED_HOST) item.pending_event_count = 1;
+    }
+  }
+  const ResidencyRequest request = one("forged", held, PAGEABLE_HOST);
+  const ResidencyDecision drop_pending = forged(state, request, {DropResident{pending, PINNED_HOST}});
+  const ResidencyDecision drop_held = forged(state, request, {DropResident{held, PINNED_HOST}});
+  EXPECT_TRUE(reports(harness::check_decision(state, drop_pending), "touches a protected materialization"));
+  EXPECT_TRUE(harness::check_decision(state, drop_pending, false).empty());
+  EXPECT_TRUE(reports(harness::check_decision(state, drop_held), "touches a protected materialization"));
+  EXPECT_TRUE(reports(harness::check_decision(state, drop_held, false), "touches a protected materialization"));
+  hold.release();
+}
+
 TEST(DecisionChecker, ReportsAnyChangeMadeWhileDeciding) {
   auto fixture = make_fixture();
   ResidencyManager& manager = *fixture.manager;

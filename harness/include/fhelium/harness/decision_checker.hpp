@@ -13,17 +13,20 @@
 
 namespace fhelium::harness {
 
-// Violations of "decision-evictions" in `decision`, made from `before` or
-// from a later snapshot that retired some of before's pending leases (then
-// only uses and holds count as protection: pending events may be over).
-std::vector<InvariantViolation> check_decision(const residency::ResidencySnapshot& before,
-                                               const residency::ResidencyDecision& decision);
+// Violations of "decision-evictions" in `decision`, replayed over `state`.
+// With `pending_events_protect`, a pending event protects a materialization
+// as uses and holds do; without it only uses and holds do, for a `state`
+// older than the decision's, whose pending leases the decision's own
+// snapshot may have retired.
+std::vector<InvariantViolation> check_decision(const residency::ResidencySnapshot& state,
+                                               const residency::ResidencyDecision& decision,
+                                               bool pending_events_protect = true);
 
 // Violations of "decide-read-only": `after` must equal `before` in every
 // field but captured_at_ns and the allocator telemetry, except for the
 // leases an observation retires: pending event counts may go down, and
-// state_version then moves by at least one and at most the number of
-// pending events retired.
+// state_version then moves by at least the largest drop of one count and
+// at most the sum of the drops.
 std::vector<InvariantViolation> check_unchanged(const residency::ResidencySnapshot& before,
                                                 const residency::ResidencySnapshot& after);
 
