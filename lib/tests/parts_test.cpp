@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "detail/core_pins.hpp"
 #include "detail/dry_run.hpp"
 #include "detail/handle_text.hpp"
 #include "detail/ledger.hpp"
@@ -102,6 +103,29 @@ TEST(TransitionRules, EnsureCopiesFromTheSmallestLocationOrReconstructs) {
   EXPECT_STREQ(already.no_op, "destination already resident");
   auto exclusive = decide_transition(EnsureResident{handle, CUDA0}, view(ReplicaMode::exclusive, false, {PINNED_HOST}));
   EXPECT_EQ(exclusive.refusal, Refusal::exclusive_replica);
+}
+
+TEST(TransitionRules, ReportsSampleTheAllocatorOfTheActionsCudaDeviceOnly) {
+  const auto sampled = [](const ResidencyAction& action, const std::vector<ResidencyLocation>& places) {
+    return allocator_device(action, places, [](const ResidencyLocation& at) { return at; });
+  };
+  const std::vector<ResidencyLocation> host_then_cuda{PINNED_HOST, CUDA1, CUDA0};
+  const std::vector<ResidencyLocation> host_only{PAGEABLE_HOST};
+  const c10::Device device0(c10::DeviceType::CUDA, 0), device1(c10::DeviceType::CUDA, 1);
+  // Ensure and drop: their own location when it is CUDA, whatever the value holds.
+  EXPECT_EQ(sampled(EnsureResident{handle, CUDA0}, host_only), device0);
+  EXPECT_EQ(sampled(EnsureResident{handle, PINNED_HOST}, host_then_cuda), std::nullopt);
+  EXPECT_EQ(sampled(DropResident{handle, CUDA1}, host_only), device1);
+  EXPECT_EQ(sampled(DropResident{handle, PAGEABLE_HOST}, host_then_cuda), std::nullopt);
+  // Move: the CUDA destination, else the explicit source, else the first CUDA materialization.
+  EXPECT_EQ(sampled(MoveResident{handle, CUDA1, CUDA0}, host_only), device1);
+  EXPECT_EQ(sampled(MoveResident{handle, PINNED_HOST, CUDA0}, host_then_cuda), device0);
+  EXPECT_EQ(sampled(MoveResident{handle, PINNED_HOST, PAGEABLE_HOST}, host_then_cuda), std::nullopt);
+  EXPECT_EQ(sampled(MoveResident{handle, PAGEABLE_HOST, std::nullopt}, host_then_cuda), device1);
+  EXPECT_EQ(sampled(MoveResident{handle, PAGEABLE_HOST, std::nullopt}, host_only), std::nullopt);
+  // Discard: the first CUDA materialization in insertion order.
+  EXPECT_EQ(sampled(DiscardValue{handle}, host_then_cuda), device1);
+  EXPECT_EQ(sampled(DiscardValue{handle}, host_only), std::nullopt);
 }
 
 TEST(TransitionRules, MoveChoosesRemovesAndRespectsProtection) {
@@ -1120,6 +1144,101 @@ TEST(LifetimeTable, APendingLeaseWithoutEventsIsNeverReapedAndSynchronizingFinis
   EXPECT_EQ(table.lease_count(), 1u);
   table.clear();
   EXPECT_EQ(table.pending_lease_count(), 0u);
+}
+
+// The owner CorePins keeps alive in these tests; `alive` follows it.
+struct PinnedOwner {
+  explicit PinnedOwner(bool& alive) : alive(alive) { alive = true; }
+  ~PinnedOwner() { alive = false; }
+  bool& alive;
+};
+
+// A CorePins over a fresh owner that only the pins (once pinned) and the
+// returned hold keep alive; `selves` counts how often the pins asked for it.
+struct PinsFixture {
+  bool alive = false;
+  int selves = 0;
+  std::shared_ptr<PinnedOwner> spare = std::make_shared<PinnedOwner>(alive);
+  CorePins<PinnedOwner> pins;
+
+  void pin() {
+    pins.pin([this] {
+      ++selves;
+      return std::move(spare);
+    });
+  }
+};
+
+TEST(CorePins, AnOwnerWithItsManagerKeepsItselfUntilOrphanedWithoutPins) {
+  PinsFixture fixture;
+  EXPECT_FALSE(fixture.pins.holds_itself());
+  fixture.pin();
+  fixture.pin();
+  EXPECT_EQ(fixture.selves, 1);  // the first pin takes the hold, the second reuses it
+  EXPECT_TRUE(fixture.pins.holds_itself());
+  EXPECT_EQ(fixture.pins.count(), 2);
+  EXPECT_EQ(fixture.pins.unpin(), nullptr);
+  EXPECT_EQ(fixture.pins.unpin(), nullptr);  // the last pin of an owner not orphaned
+  EXPECT_TRUE(fixture.pins.holds_itself());
+  EXPECT_TRUE(fixture.alive);
+  std::shared_ptr<PinnedOwner> last = fixture.pins.orphan();
+  ASSERT_NE(last, nullptr);
+  EXPECT_FALSE(fixture.pins.holds_itself());
+  EXPECT_TRUE(fixture.alive);  // until the caller drops the hold it was handed
+  last.reset();
+  EXPECT_FALSE(fixture.alive);
+}
+
+TEST(CorePins, AnOrphanedOwnerLetsGoAtItsLastPinIncludingPinsFromLanes) {
+  PinsFixture fixture;
+  fixture.pin();
+  fixture.pins.add(2);  // two lane leases folded in
+  EXPECT_EQ(fixture.pins.orphan(), nullptr);
+  EXPECT_EQ(fixture.pins.unpin(), nullptr);
+  EXPECT_EQ(fixture.pins.unpin(), nullptr);
+  EXPECT_TRUE(fixture.alive);
+  std::shared_ptr<PinnedOwner> last = fixture.pins.unpin();
+  ASSERT_NE(last, nullptr);
+  EXPECT_EQ(fixture.pins.count(), 0);
+  last.reset();
+  EXPECT_FALSE(fixture.alive);
+  // An owner never pinned has no hold on itself to hand back.
+  CorePins<PinnedOwner> unpinned;
+  EXPECT_EQ(unpinned.orphan(), nullptr);
+}
+
+TEST(CorePins, StrayUnpinsCountOnlyOnceSettledAndCanDropTheLastPin) {
+  PinsFixture fixture;
+  fixture.pin();
+  fixture.pin();
+  fixture.pin();
+  EXPECT_FALSE(fixture.pins.has_strays());
+  fixture.pins.add_stray();
+  EXPECT_TRUE(fixture.pins.has_strays());
+  EXPECT_EQ(fixture.pins.count(), 3);  // not yet settled
+  EXPECT_EQ(fixture.pins.settle(), nullptr);
+  EXPECT_FALSE(fixture.pins.has_strays());
+  EXPECT_EQ(fixture.pins.count(), 2);
+  EXPECT_EQ(fixture.pins.orphan(), nullptr);
+  // An unpin of an orphaned owner settles the strays with it.
+  fixture.pins.add_stray();
+  std::shared_ptr<PinnedOwner> last = fixture.pins.unpin();
+  ASSERT_NE(last, nullptr);
+  EXPECT_EQ(fixture.pins.count(), 0);
+  // Strays counted from several threads at once are all settled.
+  PinsFixture many;
+  for (int i = 0; i < 4000; ++i) many.pin();
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&many] {
+      for (int i = 0; i < 1000; ++i) many.pins.add_stray();
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(many.pins.count(), 4000);
+  std::shared_ptr<PinnedOwner> freed = many.pins.orphan();  // settles all 4000
+  EXPECT_NE(freed, nullptr);
+  EXPECT_EQ(many.pins.count(), 0);
 }
 
 TEST(Ring, KeepsTheLastItemsOldestFirstAndOverwritesSlotsInPlace) {

@@ -73,7 +73,7 @@ std::optional<LifetimeGrant> ManagerCore::acquire_in_lane(const ResidencyHandle&
   ScopeExit leave([&] { gate_.leave_lane(lane); });
   // Written under the gate only, so stable here. The first pin and a
   // value's first handle list are written by the call under the gate.
-  if (closed_ || !self_pin_ || lifetimes_.pending_lease_count() != 0) return std::nullopt;
+  if (closed_ || !pins_.holds_itself() || lifetimes_.pending_lease_count() != 0) return std::nullopt;
   ValueRecord* record = values_.find_live(handle);
   if (record == nullptr || !record->handle_list) return std::nullopt;
   if (record->at(at) == nullptr) return std::nullopt;
@@ -111,7 +111,7 @@ LifetimeGrant ManagerCore::acquire(const std::vector<ResidencyHandle>& handles, 
   if (consumer_stream) runtime_->check_stream(at, *consumer_stream);
   Covered covered = cover_locked(handles, std::move(unique), at);  // before the grant: may throw
   const std::uint64_t token = lifetimes_.grant_lease(std::move(covered.records), at, consumer_stream);
-  pin_locked();
+  pins_.pin([this] { return shared_from_this(); });
   bump_locked();
   return {token, std::move(covered.handles)};
 }
@@ -124,7 +124,7 @@ LifetimeGrant ManagerCore::hold(const std::vector<ResidencyHandle>& handles, con
   reap_locked();
   Covered covered = cover_locked(handles, std::move(unique), at);
   const std::uint64_t token = lifetimes_.grant_hold(std::move(covered.records), at);
-  pin_locked();
+  pins_.pin([this] { return shared_from_this(); });
   bump_locked();
   return {token, std::move(covered.handles)};
 }
@@ -139,7 +139,7 @@ std::uint64_t ManagerCore::reserve(const ResidencyLocation& location, std::int64
   // No reaping here: the reference's reserve() leaves completed pending leases
   // for the next transition, so state_version moves at the same calls.
   const std::uint64_t token = reserve_locked(location, nbytes, label);  // checks the location first
-  pin_locked();
+  pins_.pin([this] { return shared_from_this(); });
   return token;
 }
 
@@ -277,21 +277,21 @@ void ManagerCore::abandon_with(std::shared_ptr<ManagerCore>& last_pin, Body body
   try {
     StateAccess access(*this);
     entered = true;
-    ScopeExit unpin([&] { last_pin = unpin_locked(); });
+    ScopeExit unpin([&] { last_pin = pins_.unpin(); });
     body();
   } catch (...) {
     if (entered) return;  // the body failed; the pin dropped on the way out
     // Written before looking at the gate again, so that either this thread
     // gets in and settles the pin, or the call holding the gate sees it when
     // it leaves (see StateGate::set_loading).
-    stray_unpins_.fetch_add(1, std::memory_order_seq_cst);
+    pins_.add_stray();
     try {
       if (gate_.enter() != StateGate::Entry::entered) return;
     } catch (...) {
       return;  // waiting failed: the stray stays for the next call to settle
     }
     fold_lanes_locked();
-    last_pin = settle_pins_locked();
+    last_pin = pins_.settle();
     gate_.leave();
   }
 }
@@ -329,17 +329,10 @@ void ManagerCore::abandon_reservation(std::uint64_t token, std::shared_ptr<Manag
   });
 }
 
-std::shared_ptr<ManagerCore> ManagerCore::settle_pins_locked() noexcept {
-  if (stray_unpins_.load(std::memory_order_relaxed) != 0) pins_ -= stray_unpins_.exchange(0);
-  if (pins_ == 0 && orphaned_) return std::move(self_pin_);
-  return {};
-}
-
 void ManagerCore::disown() noexcept {
   std::shared_ptr<ManagerCore> last_pin;  // dropped after the gate is left
   if (gate_.held_here()) {  // the manager destroyed from within one of its own calls
-    orphaned_ = true;
-    last_pin = settle_pins_locked();
+    last_pin = pins_.orphan();
     return;
   }
   for (;;) {
@@ -350,8 +343,7 @@ void ManagerCore::disown() noexcept {
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
   fold_lanes_locked();
-  orphaned_ = true;
-  last_pin = settle_pins_locked();
+  last_pin = pins_.orphan();
   gate_.leave();
 }
 

@@ -99,13 +99,16 @@ void ManagerCore::run_locked(ResidencyTransitionReport& report, const std::optio
   // (a planned action's were, by its preflight).
   if (planned == nullptr) transitions_.check_arguments(action, stream);
   // Host actions sample no allocator: the calls are skipped, not just empty.
-  const auto allocator_device = allocator_device_for(action, record);
+  const std::optional<c10::Device> sampled_device =
+      allocator_device(action, record.materializations, [](const Materialization& item) -> const ResidencyLocation& {
+        return item.location;
+      });
   std::pair<std::optional<std::int64_t>, std::optional<std::int64_t>> before, after;
-  if (allocator_device) [[unlikely]] before = sample_allocator_locked(allocator_device);
+  if (sampled_device) [[unlikely]] before = sample_allocator_locked(sampled_device);
   const TransitionDecision decision = planned != nullptr
                                          ? transitions_.apply_planned(planned->decision, action, record, stream)
                                          : transitions_.decide_and_apply(action, record, stream);
-  if (allocator_device) [[unlikely]] after = sample_allocator_locked(allocator_device);
+  if (sampled_device) [[unlikely]] after = sample_allocator_locked(sampled_device);
   report.no_op = decision.changes_nothing();
   report.source = decision.source;
   report.destination = decision.destination;
@@ -113,9 +116,9 @@ void ManagerCore::run_locked(ResidencyTransitionReport& report, const std::optio
   report.storage_nbytes = record.spec.storage_nbytes;
   report.started_at_ns = started;
   report.completed_at_ns = clock_locked();
-  if (allocator_device) [[unlikely]] {
+  if (sampled_device) [[unlikely]] {
     // A fresh report has none of these; a host action leaves them so.
-    report.allocator_device = allocator_device;
+    report.allocator_device = sampled_device;
     report.allocator_allocated_bytes_before = before.first;
     report.allocator_reserved_bytes_before = before.second;
     report.allocator_allocated_bytes_after = after.first;
@@ -135,32 +138,6 @@ void ManagerCore::append_run_locked(std::vector<ResidencyTransitionReport>& repo
     reports.pop_back();
     throw;
   }
-}
-
-std::optional<c10::Device> ManagerCore::allocator_device_for(const ResidencyAction& action,
-                                                             const ValueRecord& record) const {
-  // The first CUDA location among the action's destination, then its source(s).
-  const auto first_cuda_materialization = [&]() -> std::optional<c10::Device> {
-    for (const auto& item : record.materializations) {
-      if (item.location.is_cuda()) return item.location.device();
-    }
-    return std::nullopt;
-  };
-  if (const auto* ensure = std::get_if<EnsureResident>(&action)) {
-    if (ensure->location.is_cuda()) return ensure->location.device();
-  } else if (const auto* move = std::get_if<MoveResident>(&action)) {
-    if (move->to.is_cuda()) return move->to.device();
-    if (move->from_location) {
-      if (move->from_location->is_cuda()) return move->from_location->device();
-    } else {
-      return first_cuda_materialization();
-    }
-  } else if (const auto* drop = std::get_if<DropResident>(&action)) {
-    if (drop->location.is_cuda()) return drop->location.device();
-  } else {
-    return first_cuda_materialization();
-  }
-  return std::nullopt;
 }
 
 }  // namespace fhelium::residency::detail

@@ -16,7 +16,9 @@
 //  - the lifetime table (lifetime_table.hpp): leases, holds, reservations,
 //    pending events and reaping;
 //  - snapshot assembly (snapshot_assembly.hpp) and the trace and diagnostics
-//    rings (ring.hpp).
+//    rings (ring.hpp);
+//  - the pins (core_pins.hpp), which keep the core alive for its active
+//    lifetime objects once the manager object is gone.
 // The core itself checks each public call's arguments, takes the gate,
 // sequences the parts, times and reports what they did, and turns failures
 // into the public errors: primitives in core_transitions.cpp, plans and scopes
@@ -36,6 +38,7 @@
 #include <string>
 #include <vector>
 
+#include "detail/core_pins.hpp"
 #include "detail/dry_run.hpp"
 #include "detail/ledger.hpp"
 #include "detail/lifetime_records.hpp"
@@ -151,10 +154,10 @@ class ManagerCore : public std::enable_shared_from_this<ManagerCore> {
     }
     ~StateAccess() {
       // Pins dropped by lifetimes abandoned during this call's source load
-      // (see unpin_refused); the core's hold on itself, if that was the last,
+      // (see abandon_with); the core's hold on itself, if that was the last,
       // goes after the gate is left.
       std::shared_ptr<ManagerCore> last_pin;
-      if (core_.stray_unpins_.load(std::memory_order_seq_cst) != 0) [[unlikely]] last_pin = core_.settle_pins_locked();
+      if (core_.pins_.has_strays()) [[unlikely]] last_pin = core_.pins_.settle();
       core_.gate_.leave();
     }
     StateAccess(const StateAccess&) = delete;
@@ -191,7 +194,6 @@ class ManagerCore : public std::enable_shared_from_this<ManagerCore> {
   void append_run_locked(std::vector<ResidencyTransitionReport>& reports, const ResidencyAction& action,
                          const std::optional<c10::Stream>& stream, const PlanDryRun::Step* planned,
                          std::optional<std::int64_t> started_at_ns);
-  std::optional<c10::Device> allocator_device_for(const ResidencyAction& action, const ValueRecord& record) const;
   std::pair<std::optional<std::int64_t>, std::optional<std::int64_t>> sample_allocator_locked(
       const std::optional<c10::Device>& device);
 
@@ -225,41 +227,22 @@ class ManagerCore : public std::enable_shared_from_this<ManagerCore> {
     if (used == 0) [[likely]] return;
     const LifetimeTable::LaneCounts counts = lifetimes_.fold_lanes(used);
     state_version_ += counts.versions;
-    pins_ += counts.pins;
+    pins_.add(counts.pins);
   }
   void reap_locked() { state_version_ += lifetimes_.reap(*runtime_); }
 
-  // The pins of active lifetime objects (see LifetimeToken). The first pin
-  // makes the core hold itself (self_pin_), which keeps it alive once the
-  // manager object is gone; the core lets go when it is disowned with no pin
-  // left, or when the last pin drops after that.
-  void pin_locked() {
-    if (!self_pin_) self_pin_ = shared_from_this();
-    ++pins_;
-  }
-  // Drops one pin; returns the core's hold on itself if that was the last
-  // pin and the core is orphaned (empty otherwise), for the caller to drop
-  // once it is done with the core.
-  std::shared_ptr<ManagerCore> unpin_locked() noexcept {
-    --pins_;
-    if (!orphaned_ && stray_unpins_.load(std::memory_order_relaxed) == 0) [[likely]] return {};
-    return settle_pins_locked();
-  }
   // Ends `lifetime` and drops its pin (see release_lease).
   void end_lifetime_locked(LifetimeToken& lifetime, std::shared_ptr<ManagerCore>& last_pin) noexcept {
     lifetime.deactivate();
-    last_pin = unpin_locked();
+    last_pin = pins_.unpin();
   }
-  // Folds in the stray unpins; returns the core's hold on itself when no pin
-  // is left and the core is orphaned.
-  std::shared_ptr<ManagerCore> settle_pins_locked() noexcept;
   // Runs `body`, an abandon's work, under the state lock and drops the
   // abandoned lifetime's pin on the way out, whatever happens. When entry is
   // refused (a callback of this thread's own call destroying the lifetime,
   // or another thread's source load) the lifetime's record stays as it is
-  // and its pin is counted in stray_unpins_: the call holding the gate
+  // and its pin is counted as a stray (CorePins::add_stray): the call holding the gate
   // settles it when it leaves (StateAccess), or this thread does if the
-  // gate has come free meanwhile.
+  // gate has come free meanwhile (see CorePins).
   template <class Body>
   void abandon_with(std::shared_ptr<ManagerCore>& last_pin, Body body) noexcept;
   void synchronize_pending_locked();
@@ -273,12 +256,10 @@ class ManagerCore : public std::enable_shared_from_this<ManagerCore> {
   // The state lock: one public call at a time, reentry refused.
   StateGate gate_;
 
-  // Lifetime pins (pin_locked). Guarded by gate_, except stray_unpins_,
-  // which threads refused by a source load add to.
-  std::int64_t pins_ = 0;
-  bool orphaned_ = false;  // disowned: the manager object is gone
-  std::shared_ptr<ManagerCore> self_pin_;
-  std::atomic<std::int64_t> stray_unpins_{0};
+  // The pins of active lifetime objects (see LifetimeToken), which keep the
+  // core alive once the manager object is gone. Guarded by gate_, except
+  // for stray unpins.
+  CorePins<ManagerCore> pins_;
 
   bool closed_ = false;
   std::uint64_t state_version_ = 0;

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "detail/value_table.hpp"
@@ -167,6 +168,37 @@ TransitionDecision decide_transition(const ResidencyAction& action, const View& 
     decision.discard = true;
   }
   return decision;
+}
+
+// The CUDA device whose allocator a report of `action` samples before and
+// after it, or none (host actions sample nothing): the action's CUDA
+// destination (ensure, move) or dropped location; else, for a move, its
+// CUDA explicit source; else, for a move without an explicit source and for
+// a discard, the first CUDA location among the value's materializations
+// `items` (read through `location_of`) in insertion order, as the state was
+// before the action.
+template <class Range, class LocationOf>
+std::optional<c10::Device> allocator_device(const ResidencyAction& action, const Range& items,
+                                            LocationOf location_of) {
+  const auto first_cuda = [&]() -> std::optional<c10::Device> {
+    for (const auto& item : items) {
+      const ResidencyLocation& location = location_of(item);
+      if (location.is_cuda()) return location.device();
+    }
+    return std::nullopt;
+  };
+  if (const auto* ensure = std::get_if<EnsureResident>(&action)) {
+    if (ensure->location.is_cuda()) return ensure->location.device();
+  } else if (const auto* move = std::get_if<MoveResident>(&action)) {
+    if (move->to.is_cuda()) return move->to.device();
+    if (!move->from_location) return first_cuda();
+    if (move->from_location->is_cuda()) return move->from_location->device();
+  } else if (const auto* drop = std::get_if<DropResident>(&action)) {
+    if (drop->location.is_cuda()) return drop->location.device();
+  } else {
+    return first_cuda();
+  }
+  return std::nullopt;
 }
 
 // The reason explain reports for a refused decision (the reference's words).
