@@ -1,6 +1,7 @@
 // The manager's parts on their own: the transition rules (decided from a
-// hand-built view of one value), the location ledger's shadow for dry runs,
-// the state gate, the value table and its inline materialization storage.
+// hand-built view of one value) and the allocator rule of reports, the
+// location ledger's shadow for dry runs, the state gate, the core's pins, the
+// value table and its inline materialization storage.
 #include <gtest/gtest.h>
 
 #include <ATen/ops/arange.h>
