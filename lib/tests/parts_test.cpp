@@ -1148,25 +1148,23 @@ TEST(LifetimeTable, APendingLeaseWithoutEventsIsNeverReapedAndSynchronizingFinis
 }
 
 // The owner CorePins keeps alive in these tests; `alive` follows it.
-struct PinnedOwner {
+struct PinnedOwner : std::enable_shared_from_this<PinnedOwner> {
   explicit PinnedOwner(bool& alive) : alive(alive) { alive = true; }
   ~PinnedOwner() { alive = false; }
   bool& alive;
 };
 
-// A CorePins over a fresh owner that only the pins (once pinned) and the
-// returned hold keep alive; `selves` counts how often the pins asked for it.
+// A CorePins over a fresh owner that, once pinned, only the pins and the
+// hold they hand back keep alive.
 struct PinsFixture {
   bool alive = false;
-  int selves = 0;
   std::shared_ptr<PinnedOwner> spare = std::make_shared<PinnedOwner>(alive);
+  PinnedOwner& owner = *spare;
   CorePins<PinnedOwner> pins;
 
   void pin() {
-    pins.pin([this] {
-      ++selves;
-      return std::move(spare);
-    });
+    pins.pin(owner);
+    spare.reset();  // from the first pin on, the pins' hold is the only one
   }
 };
 
@@ -1175,7 +1173,7 @@ TEST(CorePins, AnOwnerWithItsManagerKeepsItselfUntilOrphanedWithoutPins) {
   EXPECT_FALSE(fixture.pins.holds_itself());
   fixture.pin();
   fixture.pin();
-  EXPECT_EQ(fixture.selves, 1);  // the first pin takes the hold, the second reuses it
+  EXPECT_EQ(fixture.owner.weak_from_this().use_count(), 1);  // one hold, taken at the first pin
   EXPECT_TRUE(fixture.pins.holds_itself());
   EXPECT_EQ(fixture.pins.count(), 2);
   EXPECT_EQ(fixture.pins.unpin(), nullptr);

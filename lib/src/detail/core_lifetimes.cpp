@@ -111,7 +111,7 @@ LifetimeGrant ManagerCore::acquire(const std::vector<ResidencyHandle>& handles, 
   if (consumer_stream) runtime_->check_stream(at, *consumer_stream);
   Covered covered = cover_locked(handles, std::move(unique), at);  // before the grant: may throw
   const std::uint64_t token = lifetimes_.grant_lease(std::move(covered.records), at, consumer_stream);
-  pins_.pin([this] { return shared_from_this(); });
+  pins_.pin(*this);
   bump_locked();
   return {token, std::move(covered.handles)};
 }
@@ -124,7 +124,7 @@ LifetimeGrant ManagerCore::hold(const std::vector<ResidencyHandle>& handles, con
   reap_locked();
   Covered covered = cover_locked(handles, std::move(unique), at);
   const std::uint64_t token = lifetimes_.grant_hold(std::move(covered.records), at);
-  pins_.pin([this] { return shared_from_this(); });
+  pins_.pin(*this);
   bump_locked();
   return {token, std::move(covered.handles)};
 }
@@ -139,7 +139,7 @@ std::uint64_t ManagerCore::reserve(const ResidencyLocation& location, std::int64
   // No reaping here: the reference's reserve() leaves completed pending leases
   // for the next transition, so state_version moves at the same calls.
   const std::uint64_t token = reserve_locked(location, nbytes, label);  // checks the location first
-  pins_.pin([this] { return shared_from_this(); });
+  pins_.pin(*this);
   return token;
 }
 

@@ -26,10 +26,10 @@ namespace fhelium::residency::detail {
 template <class Owner>
 class CorePins {
  public:
-  // One pin more; the first makes the owner hold `self()` (called only then).
-  template <class Self>
-  void pin(Self&& self) {
-    if (!self_) self_ = self();
+  // One pin more on `owner` (an enable_shared_from_this, owned by a
+  // shared_ptr); the first makes it hold itself.
+  void pin(Owner& owner) {
+    if (!self_) self_ = owner.shared_from_this();
     ++pins_;
   }
   // Pins granted elsewhere (the gate's lanes) and folded in now.
@@ -60,9 +60,12 @@ class CorePins {
   }
 
   // By a thread refused entry to the gate: one pin dropped, for the holder
-  // to settle. Sequentially consistent, so that a thread that counts a stray
-  // and then finds the gate held is certain the holder sees the stray when
-  // it looks on its way out (has_strays).
+  // to settle. Sequentially consistent: a thread that counts a stray and is
+  // then refused because the holder is loading is certain the holder sees
+  // the stray when it looks on its way out (has_strays), since turning
+  // loading off is sequentially consistent too (StateGate::set_loading). A
+  // thread that finds the gate merely held waits for it and settles the
+  // stray itself.
   void add_stray() noexcept { strays_.fetch_add(1, std::memory_order_seq_cst); }
   bool has_strays() const noexcept { return strays_.load(std::memory_order_seq_cst) != 0; }
 
