@@ -15,15 +15,12 @@ namespace {
 std::string value_name(const ResidencyHandle& handle) { return "value '" + handle.handle_id + "'"; }
 
 // describe(action) with the handle id quoted ("drop '3' at cuda:0"), as
-// every handle id in a detail is, so a replay can put its names in.
-std::string quoted(const ResidencyAction& action) {
-  std::string text = describe(action);
-  const std::string& id = action_handle(action).handle_id;
-  const std::size_t at = text.find(' ');
-  if (at != std::string::npos && text.compare(at + 1, id.size(), id) == 0) {
-    text.replace(at + 1, id.size(), "'" + id + "'");
-  }
-  return text;
+// every handle id in a detail is, so a replay can put its names in: the
+// action is described with its id already quoted, so the wording stays
+// describe()'s own.
+std::string quoted(ResidencyAction action) {
+  std::visit([](auto& fields) { fields.handle.handle_id = "'" + fields.handle.handle_id + "'"; }, action);
+  return describe(action);
 }
 
 }  // namespace
