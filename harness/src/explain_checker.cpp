@@ -13,7 +13,15 @@ std::vector<InvariantViolation> check_explained_run(const ExplainedRun& run) {
   }
   const ResidencyPlanExplanation& explanation = *run.explanation;
   std::vector<InvariantViolation> violations;
-  if (!explanation.feasible || run.faults_fired || run.device_refused) return violations;
+  if (run.faults_fired || run.device_refused) return violations;
+  if (!explanation.feasible) {
+    if (run.primitive && !run.error_kind) {
+      violations.push_back({"explain-execute", "explain found the action of plan '" + explanation.plan_name +
+                                                   "' infeasible (" + explanation.reason.value_or("no reason") +
+                                                   "), but the primitive succeeded without faults"});
+    }
+    return violations;
+  }
   if (run.error_kind) {
     if (*run.error_kind != "stale" && *run.error_kind != "invalid_argument") {
       violations.push_back(

@@ -179,7 +179,7 @@ residency::ResidentValue FaultInjectingRuntime::do_copy_to(const residency::Resi
     }
     throw InjectedOutOfMemoryError(rule->name, "injected allocation failure (rule '" + rule->name + "'): " + detail);
   }
-  residency::ResidentValue copy = upstream_->copy_to(value, destination, stream);
+  residency::ResidentValue copy = forward([&] { return upstream_->copy_to(value, destination, stream); });
   std::lock_guard lock(mutex_);
   const bool aliasing = std::any_of(rules_.begin(), rules_.end(), [](const RuleState& state) {
     return state.rule.effect == FaultEffect::alias;
@@ -206,7 +206,7 @@ std::shared_ptr<CompletionEvent> FaultInjectingRuntime::do_record_event(const c1
   if (rule && rule->effect == FaultEffect::fail) {
     throw InjectedDeviceError(rule->name, "CUDA error: injected event record failure (rule '" + rule->name + "')");
   }
-  auto event = upstream_->record_event(stream);
+  auto event = forward([&] { return upstream_->record_event(stream); });
   if (!rule) return event;
   auto adjusted = std::make_shared<AdjustedEvent>();
   adjusted->upstream = std::move(event);
@@ -220,7 +220,7 @@ bool FaultInjectingRuntime::do_query_event(const CompletionEvent& event) {
   if (const auto rule = select(FaultOperation::query_event, std::nullopt, std::nullopt, "event query")) {
     throw InjectedDeviceError(rule->name, "CUDA error: injected event query failure (rule '" + rule->name + "')");
   }
-  const bool upstream_done = upstream_->query_event(upstream_of(event));
+  const bool upstream_done = forward([&] { return upstream_->query_event(upstream_of(event)); });
   const auto* adjusted = dynamic_cast<const AdjustedEvent*>(&event);
   if (adjusted == nullptr) return upstream_done;
   return upstream_done && !adjusted->never && upstream_->now_ns() >= adjusted->ready_at_ns;
@@ -235,7 +235,7 @@ void FaultInjectingRuntime::do_synchronize_event(const CompletionEvent& event) {
     throw InjectedDeviceError(adjusted->rule, "wait would never return: event made never-completing by rule '" +
                                                   adjusted->rule + "'");
   }
-  upstream_->synchronize_event(upstream_of(event));
+  forward([&] { upstream_->synchronize_event(upstream_of(event)); });
   if (adjusted == nullptr) return;
   // Wait out the injected delay. A virtual clock does not move while we wait,
   // so a wait that cannot finish is reported instead of spinning forever.
@@ -256,7 +256,7 @@ void FaultInjectingRuntime::do_synchronize_stream(const c10::Stream& stream) {
   if (const auto rule = select(FaultOperation::synchronize_stream, stream_location(stream), stream.id(), detail)) {
     throw InjectedDeviceError(rule->name, "CUDA error: injected stream synchronize failure (rule '" + rule->name + "')");
   }
-  upstream_->synchronize_stream(stream);
+  forward([&] { upstream_->synchronize_stream(stream); });
 }
 
 std::optional<residency::AllocatorStats> FaultInjectingRuntime::do_allocator_stats(const c10::Device& device) {

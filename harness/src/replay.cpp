@@ -171,6 +171,7 @@ class Replayer {
     std::optional<ResidencyPlanExplanation> preflight;
     const auto peaks_before = last_peaks_;
     const std::int64_t refusals_before = simulated_ ? simulated_->device_refusals() : 0;
+    const std::int64_t upstream_failures_before = faults_->upstream_failures();
     // The controller decides from a fresh snapshot (which reaps completed
     // work); the checks compare against the same state.
     std::optional<ResidencySnapshot> before;
@@ -228,14 +229,18 @@ class Replayer {
       ExplainedRun run;
       run.explanation = &*preflight;
       run.faults_fired = faults_fired;
-      // On the torch runtime only the error tells that the device was out of memory.
+      // On the torch runtime only the error tells that the device was out of
+      // memory; a runtime wrapped around the replay's (ReplayOptions::
+      // wrap_runtime) fails in ways of its own, seen as failed device calls.
       run.device_refused = (simulated_ && simulated_->device_refusals() > refusals_before) ||
+                           faults_->upstream_failures() > upstream_failures_before ||
                            (outcome.error && outcome.error->kind == "out_of_memory");
       if (outcome.error) {
         run.error_kind = outcome.error->kind;
         run.error_message = outcome.error->message;
       }
-      run.whole_plan = step.kind == StepKind::execute;
+      run.primitive = primitive(step);
+      run.whole_plan = step.kind == StepKind::execute || run.primitive;
       if (run.whole_plan && outcome.reports) run.transitions = &*outcome.reports;
       run.peaks_before = peaks_before;
       run.after = snapshot;
@@ -301,6 +306,24 @@ class Replayer {
     return found->second;
   }
 
+  // What explain says of `action` as a plan of its own, against the state a
+  // primitive step starts from: the primitive must do what that plan would
+  // (check_explained_run, `primitive`). None when explain itself fails (a
+  // closed manager, a fault in the check).
+  std::optional<ResidencyPlanExplanation> explain_alone(ResidencyAction action) {
+    try {
+      const OwnChecks checks(*faults_);
+      return manager_->explain(ResidencyPlan{"primitive", {std::move(action)}});
+    } catch (...) {
+      return std::nullopt;
+    }
+  }
+
+  static bool primitive(const Step& step) {
+    return step.kind == StepKind::ensure || step.kind == StepKind::copy || step.kind == StepKind::move ||
+           step.kind == StepKind::drop || step.kind == StepKind::discard;
+  }
+
   Outcome perform(const Step& step, std::optional<ResidencyPlanExplanation>& preflight) {
     Outcome outcome;
     const auto stream_arg = [&]() -> std::optional<c10::Stream> {
@@ -313,14 +336,26 @@ class Replayer {
         create(*scenario_.find_value(step.value));
         return outcome;
       case StepKind::ensure:
-      case StepKind::copy:
-        return transition(manager_->ensure(names_.step_handle(step), *step.location, stream_arg()));
-      case StepKind::move:
-        return transition(manager_->move(names_.step_handle(step), *step.location, step.from, stream_arg()));
-      case StepKind::drop:
-        return transition(manager_->drop(names_.step_handle(step), *step.location));
-      case StepKind::discard:
-        return transition(manager_->discard(names_.step_handle(step)));
+      case StepKind::copy: {
+        const ResidencyHandle handle = names_.step_handle(step);
+        preflight = explain_alone(EnsureResident{handle, *step.location});
+        return transition(manager_->ensure(handle, *step.location, stream_arg()));
+      }
+      case StepKind::move: {
+        const ResidencyHandle handle = names_.step_handle(step);
+        preflight = explain_alone(MoveResident{handle, *step.location, step.from});
+        return transition(manager_->move(handle, *step.location, step.from, stream_arg()));
+      }
+      case StepKind::drop: {
+        const ResidencyHandle handle = names_.step_handle(step);
+        preflight = explain_alone(DropResident{handle, *step.location});
+        return transition(manager_->drop(handle, *step.location));
+      }
+      case StepKind::discard: {
+        const ResidencyHandle handle = names_.step_handle(step);
+        preflight = explain_alone(DiscardValue{handle});
+        return transition(manager_->discard(handle));
+      }
       case StepKind::execute: {
         const auto list = names_.actions(step.actions);
         try {

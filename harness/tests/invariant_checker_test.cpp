@@ -144,6 +144,29 @@ TEST(ExplainChecker, FlagsAFailedFeasiblePlanAndAWrongPeak) {
   EXPECT_NE(failed.front().detail.find("exceeds budget"), std::string::npos);
 }
 
+// A primitive is checked against its action explained as a plan of its own,
+// both ways: refused by explain, it must fail too; a plan's run need not
+// (its own preflight refuses it).
+TEST(ExplainChecker, APrimitiveExplainRefusedMustFail) {
+  const auto infeasible = explanation(false, 300);
+  const ResidencySnapshot after = ended_with(300);
+  ExplainedRun run = whole_run(infeasible, after);
+  EXPECT_TRUE(check_explained_run(run).empty());
+  run.primitive = true;
+  const auto succeeded = check_explained_run(run);
+  ASSERT_EQ(names(succeeded), std::vector<std::string>{"explain-execute"});
+  EXPECT_NE(succeeded.front().detail.find("no room"), std::string::npos);
+  EXPECT_NE(succeeded.front().detail.find("succeeded"), std::string::npos);
+  run.error_kind = "budget";  // failing as explain said
+  EXPECT_TRUE(check_explained_run(run).empty());
+  run.error_kind.reset();
+  run.faults_fired = true;  // a fault may have changed what it met
+  EXPECT_TRUE(check_explained_run(run).empty());
+  run.faults_fired = false;
+  run.device_refused = true;
+  EXPECT_TRUE(check_explained_run(run).empty());
+}
+
 TEST(ExplainChecker, IgnoresFaultedRunsInfeasiblePlansAndRefusals) {
   const auto explained = explanation(true, 300);
   const auto infeasible = explanation(false, 300);

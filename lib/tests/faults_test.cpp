@@ -56,6 +56,30 @@ TEST_F(FaultFixture, CopiesThatAliasOwnedStorageAreRefused) {
   EXPECT_THROW(faults->add_rule(misplaced), std::invalid_argument);
 }
 
+// Device calls that fail below the fault layer are counted apart from the
+// faults it injects: the replay tells a device's own failures (which explain
+// does not predict) from its rules' by them.
+TEST(FaultInjection, CountsTheFailuresOfTheRuntimeBelowButNotItsOwnFaults) {
+  harness::SimulatedRuntimeOptions options;
+  options.can_pin = false;
+  auto simulated = std::make_shared<harness::SimulatedRuntime>(options);
+  FaultRule fail_copies;
+  fail_copies.name = "cuda-copies";
+  fail_copies.operation = FaultOperation::copy;
+  fail_copies.location = CUDA0;
+  auto faults = std::make_shared<FaultInjectingRuntime>(simulated, std::vector<FaultRule>{fail_copies}, 7);
+  ResidencyManager manager{ManagerOptions{{}, 64, faults, {}}};
+  const ResidencyHandle value = manager.adopt(make_value(64), std::nullopt, ReplicaMode::replicable);
+  EXPECT_ANY_THROW(manager.ensure(value, CUDA0));  // injected
+  EXPECT_EQ(faults->fired().size(), 1u);
+  EXPECT_EQ(faults->upstream_failures(), 0);
+  EXPECT_ANY_THROW(manager.ensure(value, PINNED_HOST));  // the simulated device cannot pin
+  EXPECT_EQ(faults->fired().size(), 1u);
+  EXPECT_EQ(faults->upstream_failures(), 1);
+  manager.ensure(value, CUDA1);  // a call that succeeds below counts nothing
+  EXPECT_EQ(faults->upstream_failures(), 1);
+}
+
 TEST_F(FaultFixture, FailedCopiesChangeNothingVisibleAndKeepTheirType) {
   const ResidencyHandle value = manager.adopt(make_value(64));
   const ResidencyHandle lazy = manager.register_source(

@@ -12,6 +12,7 @@
 // Thread-safe: rule matching and the fired log are guarded by one mutex.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <map>
@@ -113,6 +114,10 @@ class FaultInjectingRuntime final : public residency::DeviceRuntime {
   void begin_checking();
   void end_checking();
   const std::shared_ptr<residency::DeviceRuntime>& upstream() const noexcept { return upstream_; }
+  // How many device calls passed on to the runtime below (copies, event
+  // records, queries and waits, stream waits) threw there: failures of the
+  // device itself, or of a runtime wrapped around it, that no rule injected.
+  std::int64_t upstream_failures() const noexcept { return upstream_failures_.load(); }
 
  private:
   struct RuleState {
@@ -122,6 +127,18 @@ class FaultInjectingRuntime final : public residency::DeviceRuntime {
   };
 
   // The rule that fires for this call, if any (and logs it).
+  // `call()`, a call to the runtime below, counted in upstream_failures()
+  // when it throws.
+  template <class Call>
+  decltype(auto) forward(Call&& call) {
+    try {
+      return call();
+    } catch (...) {
+      upstream_failures_.fetch_add(1);
+      throw;
+    }
+  }
+
   std::optional<FaultRule> select(FaultOperation operation, const std::optional<ResidencyLocation>& location,
                                   const std::optional<std::int64_t>& stream_id, const std::string& detail);
 
@@ -144,6 +161,7 @@ class FaultInjectingRuntime final : public residency::DeviceRuntime {
   std::vector<RuleState> rules_;
   std::vector<FiredFault> fired_;
   int checking_depth_ = 0;
+  std::atomic<std::int64_t> upstream_failures_{0};
   std::mt19937_64 random_;
   // While an alias rule is armed: the last copy made to each location.
   std::map<ResidencyLocation, residency::ResidentValue> last_copy_;
