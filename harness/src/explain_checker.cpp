@@ -15,10 +15,10 @@ std::vector<InvariantViolation> check_explained_run(const ExplainedRun& run) {
   std::vector<InvariantViolation> violations;
   if (run.faults_fired || run.device_refused) return violations;
   if (!explanation.feasible) {
-    if (run.primitive && !run.error_kind) {
-      violations.push_back({"explain-execute", "explain found the action of plan '" + explanation.plan_name +
-                                                   "' infeasible (" + explanation.reason.value_or("no reason") +
-                                                   "), but the primitive succeeded without faults"});
+    if (run.whole_plan && !run.error_kind) {
+      violations.push_back({"explain-execute", "explain found plan '" + explanation.plan_name + "' infeasible (" +
+                                                   explanation.reason.value_or("no reason") +
+                                                   "), but running it succeeded without faults"});
     }
     return violations;
   }

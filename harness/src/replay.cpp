@@ -239,8 +239,7 @@ class Replayer {
         run.error_kind = outcome.error->kind;
         run.error_message = outcome.error->message;
       }
-      run.primitive = primitive(step);
-      run.whole_plan = step.kind == StepKind::execute || run.primitive;
+      run.whole_plan = step.kind == StepKind::execute || primitive(step);
       if (run.whole_plan && outcome.reports) run.transitions = &*outcome.reports;
       run.peaks_before = peaks_before;
       run.after = snapshot;
@@ -308,7 +307,7 @@ class Replayer {
 
   // What explain says of `action` as a plan of its own, against the state a
   // primitive step starts from: the primitive must do what that plan would
-  // (check_explained_run, `primitive`). None when explain itself fails (a
+  // (check_explained_run, as a whole plan). None when explain itself fails (a
   // closed manager, a fault in the check).
   std::optional<ResidencyPlanExplanation> explain_alone(ResidencyAction action) {
     try {

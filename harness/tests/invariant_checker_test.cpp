@@ -144,15 +144,13 @@ TEST(ExplainChecker, FlagsAFailedFeasiblePlanAndAWrongPeak) {
   EXPECT_NE(failed.front().detail.find("exceeds budget"), std::string::npos);
 }
 
-// A primitive is checked against its action explained as a plan of its own,
-// both ways: refused by explain, it must fail too; a plan's run need not
-// (its own preflight refuses it).
-TEST(ExplainChecker, APrimitiveExplainRefusedMustFail) {
+// A whole plan's run, or a primitive's checked against its action explained
+// as a plan of its own, is held to explain's verdict both ways: refused by
+// explain, it must fail too. A scope's entry is checked one way only.
+TEST(ExplainChecker, AWholePlanOrPrimitiveExplainRefusedMustFail) {
   const auto infeasible = explanation(false, 300);
   const ResidencySnapshot after = ended_with(300);
   ExplainedRun run = whole_run(infeasible, after);
-  EXPECT_TRUE(check_explained_run(run).empty());
-  run.primitive = true;
   const auto succeeded = check_explained_run(run);
   ASSERT_EQ(names(succeeded), std::vector<std::string>{"explain-execute"});
   EXPECT_NE(succeeded.front().detail.find("no room"), std::string::npos);
@@ -164,6 +162,9 @@ TEST(ExplainChecker, APrimitiveExplainRefusedMustFail) {
   EXPECT_TRUE(check_explained_run(run).empty());
   run.faults_fired = false;
   run.device_refused = true;
+  EXPECT_TRUE(check_explained_run(run).empty());
+  run.device_refused = false;
+  run.whole_plan = false;
   EXPECT_TRUE(check_explained_run(run).empty());
 }
 

@@ -1,6 +1,6 @@
 // The explain-versus-execute check, from outside the manager: a plan that
 // explain found feasible must run without error when no fault fires (and a
-// primitive whose action explain refused must fail), the
+// whole plan or primitive explain refused must fail), the
 // peaks it reaches must match what explain predicted, and a whole plan's
 // transitions must be the ones explain described, action for action. Pure function over
 // tensor-free records; safe to call from any thread.
@@ -31,14 +31,12 @@ struct ExplainedRun {
   // How the run failed (an error kind of error_kind.hpp), when it did.
   std::optional<std::string> error_kind;
   std::string error_message;
-  // Whether the run executed every explained action (execute_actions, or a
-  // primitive), so the prediction is exact; otherwise (a scope's entry) it
-  // is an upper bound.
+  // Whether the run was of every explained action (execute_actions, or a
+  // primitive call explained as a plan of its one action), so the
+  // prediction is exact, and binds both ways: a plan explain refused must
+  // fail as well. Otherwise (a scope's entry) it is an upper bound, and only
+  // a feasible verdict is checked.
   bool whole_plan = false;
-  // Whether the run was one primitive call (ensure, move, drop, discard) and
-  // the explanation that of its action as a plan of its own. The verdict
-  // then holds both ways: an action explain refused must fail as well.
-  bool primitive = false;
   // peak_charged_bytes per location before the run.
   std::map<residency::ResidencyLocation, std::int64_t> peaks_before;
   // The state after the run.
@@ -50,7 +48,7 @@ struct ExplainedRun {
 };
 
 // Violations of "explain-execute" (a feasible fault-free plan failed, or a
-// primitive explain refused succeeded without faults),
+// whole plan or primitive explain refused succeeded without faults),
 // "predicted-peak" (an observed peak differs from, or exceeds, the
 // prediction) and "explained-transition" (a whole plan's transition differs
 // from its explanation in source, destination or no-op, or in number). Refusals that explain does not judge (a stale version, an
