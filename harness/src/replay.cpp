@@ -18,6 +18,7 @@
 #include "fhelium/harness/decision_checker.hpp"
 #include "fhelium/harness/explain_checker.hpp"
 #include "fhelium/harness/invariant_checker.hpp"
+#include "fhelium/harness/lifetime_checker.hpp"
 #include "fhelium/harness/text_report.hpp"
 #include "fhelium/residency.hpp"
 #include "replay/declarations.hpp"
@@ -246,6 +247,7 @@ class Replayer {
       require_none(index, step, check_explained_run(run));
     }
     if (before && snapshot != nullptr) check_controller(index, step, *before, outcome, *snapshot);
+    if (step_before_) check_lifetime(index, step, *step_before_, outcome);
     expect(index, step, [&] {
       check_snapshot(names_, step, snapshot, static_cast<std::int64_t>(result_.faults.size()),
                      [&] { return static_cast<std::int64_t>(manager_->diagnostics().size()); });
@@ -542,6 +544,24 @@ class Replayer {
       }
     }
     require_none(index, step, violations);
+  }
+
+  // Whether an acquire, hold or reserve step was granted as the state before
+  // it says it must be (check_lifetime_verdict).
+  void check_lifetime(std::size_t index, const Step& step, const ResidencySnapshot& before, const Outcome& outcome) {
+    LifetimeCall call;
+    if (step.kind == StepKind::acquire || step.kind == StepKind::hold) {
+      call.kind = step.kind == StepKind::acquire ? LifetimeCall::Kind::acquire : LifetimeCall::Kind::hold;
+      for (const auto& value : step.values) call.handles.push_back(names_.handle(value));
+    } else if (step.kind == StepKind::reserve) {
+      call.kind = LifetimeCall::Kind::reserve;
+      call.bytes = step.bytes;
+    } else {
+      return;
+    }
+    call.location = *step.location;
+    if (outcome.error) call.error_kind = outcome.error->kind;
+    require_none(index, step, check_lifetime_verdict(before, call));
   }
 
   // --- contents ----------------------------------------------------------

@@ -2,9 +2,12 @@
 // built by hand to break exactly one rule at a time.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "fhelium/harness/decision_checker.hpp"
 #include "fhelium/harness/explain_checker.hpp"
 #include "fhelium/harness/invariant_checker.hpp"
+#include "fhelium/harness/lifetime_checker.hpp"
 
 namespace fhelium::harness {
 namespace {
@@ -278,6 +281,60 @@ TEST(DecisionChecker, ReadOnlyAllowsOnlyTheRetiringOfCompletedLeases) {
   ASSERT_EQ(names(changed), V{"decide-read-only"});
   EXPECT_NE(changed.front().detail.find("location accounting changed at cuda:0"), std::string::npos)
       << changed.front().detail;
+}
+
+// Lifetime verdicts follow from the state before the call: a value that is
+// there is leased and held, one that is not decides the error in order, and a
+// reservation is granted exactly up to the remaining budget.
+TEST(LifetimeChecker, JudgesGrantsAndRefusalsByTheStateBefore) {
+  const ResidencyHandle gone{"m", "2", "T"};
+  const ResidencyHandle foreign{"other", "1", "T"};
+  ResidencyLocationSnapshot budgeted(PAGEABLE_HOST, 1000, 100, 200, 700, 100, 300, 1, 1, 0, 0, 0, std::nullopt,
+                                     std::nullopt);
+  const ResidencySnapshot before("m", 3,
+                                 {value({at(PAGEABLE_HOST)}),
+                                  ResidencyValueSnapshot(gone, exclusive, {}, false, std::nullopt, true)},
+                                 {budgeted, location(PINNED_HOST, 0, 0)}, {ResidencyReservationSnapshot(PAGEABLE_HOST, 200, "r")}, 5);
+  using V = std::vector<std::string>;
+  const auto judge = [&](LifetimeCall::Kind kind, std::vector<ResidencyHandle> handles, ResidencyLocation where,
+                         std::optional<std::string> error, std::int64_t bytes = 0) {
+    LifetimeCall call;
+    call.kind = kind;
+    call.handles = std::move(handles);
+    call.location = where;
+    call.bytes = bytes;
+    call.error_kind = std::move(error);
+    return check_lifetime_verdict(before, call);
+  };
+  const auto acquire = LifetimeCall::Kind::acquire;
+  const auto hold = LifetimeCall::Kind::hold;
+  const auto reserve = LifetimeCall::Kind::reserve;
+  EXPECT_TRUE(judge(acquire, {handle}, PAGEABLE_HOST, std::nullopt).empty());
+  EXPECT_EQ(names(judge(acquire, {handle}, PAGEABLE_HOST, "unavailable")), V{"lifetime-verdict"});
+  EXPECT_TRUE(judge(hold, {handle}, PINNED_HOST, "unavailable").empty());
+  const auto granted = judge(hold, {handle}, PINNED_HOST, std::nullopt);
+  ASSERT_EQ(names(granted), V{"lifetime-verdict"});
+  EXPECT_NE(granted.front().detail.find("should fail with unavailable"), std::string::npos) << granted.front().detail;
+  // The first handle that is not there decides: discarded or foreign is a handle error.
+  EXPECT_TRUE(judge(acquire, {handle, gone}, PAGEABLE_HOST, "handle").empty());
+  EXPECT_TRUE(judge(acquire, {foreign, handle}, PAGEABLE_HOST, "handle").empty());
+  EXPECT_EQ(names(judge(acquire, {gone}, PAGEABLE_HOST, "unavailable")), V{"lifetime-verdict"});
+  EXPECT_TRUE(judge(hold, {handle, gone}, PINNED_HOST, "unavailable").empty());
+  // Errors the state does not decide are not judged.
+  EXPECT_TRUE(judge(acquire, {handle}, PAGEABLE_HOST, "invalid_argument").empty());
+  EXPECT_TRUE(judge(hold, {gone}, PAGEABLE_HOST, "closed").empty());
+  // 700 bytes of budget remain: 700 fit, 701 do not.
+  EXPECT_TRUE(judge(reserve, {}, PAGEABLE_HOST, std::nullopt, 700).empty());
+  EXPECT_EQ(names(judge(reserve, {}, PAGEABLE_HOST, "budget", 700)), V{"lifetime-verdict"});
+  EXPECT_TRUE(judge(reserve, {}, PAGEABLE_HOST, "budget", 701).empty());
+  const auto over = judge(reserve, {}, PAGEABLE_HOST, std::nullopt, 701);
+  ASSERT_EQ(names(over), V{"lifetime-verdict"});
+  EXPECT_NE(over.front().detail.find("700 bytes of budget remain"), std::string::npos) << over.front().detail;
+  // Without a budget only INT64_MAX bounds the charge, registered or not.
+  const std::int64_t largest = std::numeric_limits<std::int64_t>::max();
+  EXPECT_TRUE(judge(reserve, {}, PINNED_HOST, std::nullopt, largest).empty());
+  EXPECT_TRUE(judge(reserve, {}, CUDA0, std::nullopt, largest).empty());
+  EXPECT_EQ(names(judge(reserve, {}, CUDA0, "budget", largest)), V{"lifetime-verdict"});
 }
 
 }  // namespace
