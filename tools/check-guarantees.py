@@ -15,7 +15,7 @@ def main() -> int:
         "property": "".join(p.read_text(encoding="utf-8") for p in (root / "property_tests").glob("*.cpp")),
         "invariant": "".join((root / "harness/src" / name).read_text(encoding="utf-8")
                              for name in ("invariant_checker.cpp", "decision_checker.cpp", "explain_checker.cpp",
-                                          "lifetime_checker.cpp")),
+                                          "verdict_checker.cpp")),
         "contract": (root / "harness/contract/runtime_contract.cpp").read_text(encoding="utf-8"),
     }
 

@@ -18,8 +18,8 @@
 #include "fhelium/harness/decision_checker.hpp"
 #include "fhelium/harness/explain_checker.hpp"
 #include "fhelium/harness/invariant_checker.hpp"
-#include "fhelium/harness/lifetime_checker.hpp"
 #include "fhelium/harness/text_report.hpp"
+#include "fhelium/harness/verdict_checker.hpp"
 #include "fhelium/residency.hpp"
 #include "replay/declarations.hpp"
 #include "replay/expectations.hpp"
@@ -247,7 +247,10 @@ class Replayer {
       require_none(index, step, check_explained_run(run));
     }
     if (before && snapshot != nullptr) check_controller(index, step, *before, outcome, *snapshot);
-    if (step_before_) check_lifetime(index, step, *step_before_, outcome);
+    if (step_before_) {
+      check_lifetime(index, step, *step_before_, outcome);
+      check_refusal(index, step, *step_before_, outcome);
+    }
     expect(index, step, [&] {
       check_snapshot(names_, step, snapshot, static_cast<std::int64_t>(result_.faults.size()),
                      [&] { return static_cast<std::int64_t>(manager_->diagnostics().size()); });
@@ -562,6 +565,22 @@ class Replayer {
     call.location = *step.location;
     if (outcome.error) call.error_kind = outcome.error->kind;
     require_none(index, step, check_lifetime_verdict(before, call));
+  }
+
+  // Whether a budget refusal of a call that charges one location at a time
+  // (adopt, reserve, one ensure, copy or move) reports the state before it
+  // (check_budget_refusal). Plans are left out: their refusals meet the
+  // state their earlier actions left.
+  void check_refusal(std::size_t index, const Step& step, const ResidencySnapshot& before, const Outcome& outcome) {
+    const bool single = step.kind == StepKind::adopt || step.kind == StepKind::reserve || step.kind == StepKind::ensure ||
+                        step.kind == StepKind::copy || step.kind == StepKind::move;
+    if (!single || !outcome.error || outcome.error->kind != "budget" || !outcome.error->budget_location) return;
+    const Classified& error = *outcome.error;
+    const BudgetRefusal refusal{*error.budget_location, error.budget_bytes.value_or(0), error.used_bytes.value_or(0),
+                                error.reserved_bytes.value_or(0), error.requested_bytes.value_or(0)};
+    const std::optional<std::int64_t> requested =
+        step.kind == StepKind::reserve ? std::optional<std::int64_t>(step.bytes) : std::nullopt;
+    require_none(index, step, check_budget_refusal(before, refusal, requested));
   }
 
   // --- contents ----------------------------------------------------------

@@ -7,7 +7,7 @@
 #include "fhelium/harness/decision_checker.hpp"
 #include "fhelium/harness/explain_checker.hpp"
 #include "fhelium/harness/invariant_checker.hpp"
-#include "fhelium/harness/lifetime_checker.hpp"
+#include "fhelium/harness/verdict_checker.hpp"
 
 namespace fhelium::harness {
 namespace {
@@ -286,7 +286,7 @@ TEST(DecisionChecker, ReadOnlyAllowsOnlyTheRetiringOfCompletedLeases) {
 // Lifetime verdicts follow from the state before the call: a value that is
 // there is leased and held, one that is not decides the error in order, and a
 // reservation is granted exactly up to the remaining budget.
-TEST(LifetimeChecker, JudgesGrantsAndRefusalsByTheStateBefore) {
+TEST(VerdictChecker, LifetimeCallsAreGrantedAsTheStateBeforeSays) {
   const ResidencyHandle gone{"m", "2", "T"};
   const ResidencyHandle foreign{"other", "1", "T"};
   ResidencyLocationSnapshot budgeted(PAGEABLE_HOST, 1000, 100, 200, 700, 100, 300, 1, 1, 0, 0, 0, std::nullopt,
@@ -335,6 +335,33 @@ TEST(LifetimeChecker, JudgesGrantsAndRefusalsByTheStateBefore) {
   EXPECT_TRUE(judge(reserve, {}, PINNED_HOST, std::nullopt, largest).empty());
   EXPECT_TRUE(judge(reserve, {}, CUDA0, std::nullopt, largest).empty());
   EXPECT_EQ(names(judge(reserve, {}, CUDA0, "budget", largest)), V{"lifetime-verdict"});
+}
+
+// A budget refusal must report the state it met: the location's budget
+// (INT64_MAX without one), used and reserved bytes, and a request that does
+// not fit them.
+TEST(VerdictChecker, BudgetRefusalsReportTheStateBefore) {
+  ResidencyLocationSnapshot budgeted(PAGEABLE_HOST, 1000, 100, 200, 700, 100, 300, 1, 1, 0, 0, 0, std::nullopt,
+                                     std::nullopt);
+  const ResidencySnapshot before("m", 3, {value({at(PAGEABLE_HOST)})}, {budgeted, location(PINNED_HOST, 50, 0)},
+                                 {ResidencyReservationSnapshot(PAGEABLE_HOST, 200, "r")}, 5);
+  using V = std::vector<std::string>;
+  const std::int64_t largest = std::numeric_limits<std::int64_t>::max();
+  EXPECT_TRUE(check_budget_refusal(before, {PAGEABLE_HOST, 1000, 100, 200, 701}).empty());
+  EXPECT_TRUE(check_budget_refusal(before, {PAGEABLE_HOST, 1000, 100, 200, 701}, 701).empty());
+  EXPECT_EQ(names(check_budget_refusal(before, {PAGEABLE_HOST, 1000, 100, 200, 701}, 702)), V{"budget-refusal"});
+  const auto fits = check_budget_refusal(before, {PAGEABLE_HOST, 1000, 100, 200, 700});
+  ASSERT_EQ(names(fits), V{"budget-refusal"});
+  EXPECT_NE(fits.front().detail.find("700 fit there"), std::string::npos) << fits.front().detail;
+  const auto figures = check_budget_refusal(before, {PAGEABLE_HOST, 1000, 100, 0, 901});
+  ASSERT_EQ(names(figures), V{"budget-refusal"});
+  EXPECT_NE(figures.front().detail.find("reserved_bytes 0, the state before it has 200"), std::string::npos)
+      << figures.front().detail;
+  EXPECT_EQ(names(check_budget_refusal(before, {PAGEABLE_HOST, 900, 100, 200, 701})), V{"budget-refusal"});
+  // Without a budget only a charge past INT64_MAX is refused, registered or not.
+  EXPECT_TRUE(check_budget_refusal(before, {PINNED_HOST, largest, 50, 0, largest}).empty());
+  EXPECT_EQ(names(check_budget_refusal(before, {PINNED_HOST, largest, 50, 0, largest - 50})), V{"budget-refusal"});
+  EXPECT_EQ(names(check_budget_refusal(before, {CUDA0, largest, 0, 0, largest})), V{"budget-refusal"});
 }
 
 }  // namespace

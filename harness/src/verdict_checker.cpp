@@ -1,4 +1,4 @@
-#include "fhelium/harness/lifetime_checker.hpp"
+#include "fhelium/harness/verdict_checker.hpp"
 
 #include <limits>
 
@@ -67,6 +67,38 @@ std::vector<InvariantViolation> check_lifetime_verdict(const ResidencySnapshot& 
   const std::string wanted = expected ? "fail with " + *expected : std::string("be granted");
   return {{"lifetime-verdict", what + " " + outcome + ", but the state before it says it should " + wanted + " (" +
                                    why + ")"}};
+}
+
+std::vector<InvariantViolation> check_budget_refusal(const ResidencySnapshot& before, const BudgetRefusal& refusal,
+                                                     std::optional<std::int64_t> requested) {
+  constexpr std::int64_t unbounded = std::numeric_limits<std::int64_t>::max();
+  std::int64_t budget = unbounded, used = 0, reserved = 0;
+  if (const ResidencyLocationSnapshot* location = before.location(refusal.location)) {
+    budget = location->budget_bytes.value_or(unbounded);
+    used = location->used_bytes;
+    reserved = location->reserved_bytes;
+  }
+  std::vector<InvariantViolation> violations;
+  const auto violated = [&](const std::string& detail) {
+    violations.push_back({"budget-refusal", "budget error at " + refusal.location.name() + " " + detail});
+  };
+  const auto figure = [&](const char* name, std::int64_t reported, std::int64_t actual) {
+    if (reported != actual) {
+      violated("reports " + std::string(name) + " " + std::to_string(reported) + ", the state before it has " +
+               std::to_string(actual));
+    }
+  };
+  figure("budget_bytes", refusal.budget_bytes, budget);
+  figure("used_bytes", refusal.used_bytes, used);
+  figure("reserved_bytes", refusal.reserved_bytes, reserved);
+  if (requested) figure("requested_bytes", refusal.requested_bytes, *requested);
+  // used + reserved never exceed the budget, so the room cannot overflow.
+  const std::int64_t room = budget - used - reserved;
+  if (refusal.requested_bytes <= room) {
+    violated("refuses " + std::to_string(refusal.requested_bytes) + " bytes, but " + std::to_string(room) +
+             " fit there before it");
+  }
+  return violations;
 }
 
 }  // namespace fhelium::harness

@@ -1,9 +1,10 @@
-// The verdict check of lifetime calls, from outside the manager: whether an
-// acquire, a hold or a reservation is granted follows from the snapshot taken
-// just before it, so a call refused with room to spare, or granted over a
-// value that is not there, is caught even where no scenario states what to
-// expect (a generated swarm run). Pure function over tensor-free records; safe
-// to call from any thread.
+// Verdict checks, from outside the manager, of calls whose outcome follows
+// from the snapshot taken just before them: whether an acquire, a hold or a
+// reservation is granted, and what a budget refusal reports. A call refused
+// with room to spare, granted over a value that is not there, or refused with
+// figures the state does not have is caught even where no scenario states
+// what to expect (a generated swarm run). Pure functions over tensor-free
+// records; safe to call from any thread.
 #pragma once
 
 #include <cstdint>
@@ -43,5 +44,24 @@ struct LifetimeCall {
 // invalid argument or stream, a closed manager) is not a violation.
 std::vector<InvariantViolation> check_lifetime_verdict(const residency::ResidencySnapshot& before,
                                                        const LifetimeCall& call);
+
+// A ResidencyBudgetError's figures.
+struct BudgetRefusal {
+  residency::ResidencyLocation location;
+  std::int64_t budget_bytes = 0;  // INT64_MAX where the location has no budget
+  std::int64_t used_bytes = 0;
+  std::int64_t reserved_bytes = 0;
+  std::int64_t requested_bytes = 0;
+};
+
+// Violations of "budget-refusal" by `refusal`, raised by one call made
+// against the state `before` that charges one location at a time (adopt,
+// reserve, or a single ensure, copy or move): its used and reserved bytes and
+// budget must be the location's in `before` (an unbudgeted one's budget is
+// INT64_MAX), and the request must not fit them. `requested`, when the call
+// states its bytes (a reservation), must be the request.
+std::vector<InvariantViolation> check_budget_refusal(const residency::ResidencySnapshot& before,
+                                                     const BudgetRefusal& refusal,
+                                                     std::optional<std::int64_t> requested = std::nullopt);
 
 }  // namespace fhelium::harness
