@@ -198,6 +198,51 @@ TEST(LocationLedger, ShadowStartsPeaksAtTheCurrentChargeAndKeepsTheRealLedger) {
   EXPECT_EQ(ledger.find(CUDA0)->peak_charged_bytes, 60);
 }
 
+// admit_charge() is check_admission() and the charge in one (the dry run
+// charges every action with it): it admits exactly what check_admission()
+// lets through, at each bound, budgeted or not, charges that as asked, and
+// charges nothing when it refuses.
+TEST(LocationLedger, AdmitChargeAdmitsWhatCheckAdmissionLetsThroughAndChargesAsAsked) {
+  constexpr std::int64_t max = std::numeric_limits<std::int64_t>::max();
+  using Kind = LocationLedger::ChargeKind;
+  const auto fresh = [] {
+    LocationLedger ledger;
+    ledger.add_budget(CUDA0, 100);
+    ledger.add_used(CUDA0, 60);
+    ledger.add_reserved(CUDA0, 15);  // 25 left
+    ledger.register_location(PINNED_HOST);
+    ledger.add_used(PINNED_HOST, max - 10);  // unbudgeted: 10 left below INT64_MAX
+    return ledger;
+  };
+  const auto check_admits = [](const LocationLedger& ledger, const ResidencyLocation& at, std::int64_t bytes) {
+    try {
+      ledger.check_admission(at, bytes);
+      return true;
+    } catch (const ResidencyBudgetError&) {
+      return false;
+    }
+  };
+  for (const auto& [at, room] : {std::pair{CUDA0, std::int64_t{25}}, std::pair{PINNED_HOST, std::int64_t{10}}}) {
+    for (const std::int64_t bytes : {std::int64_t{0}, room - 1, room, room + 1, max}) {
+      for (const Kind kind : {Kind::used, Kind::reserved, Kind::transient}) {
+        SCOPED_TRACE(at.name() + " +" + std::to_string(bytes) + " kind " + std::to_string(static_cast<int>(kind)));
+        LocationLedger ledger = fresh();
+        const LocationAccount before = *ledger.find(at);
+        const bool admitted = ledger.admit_charge(at, bytes, kind);
+        EXPECT_EQ(admitted, bytes <= room);
+        EXPECT_EQ(admitted, check_admits(fresh(), at, bytes));
+        const LocationAccount& after = *ledger.find(at);
+        const std::int64_t charged = admitted ? bytes : 0;
+        EXPECT_EQ(after.used_bytes, before.used_bytes + (kind == Kind::used ? charged : 0));
+        EXPECT_EQ(after.reserved_bytes, before.reserved_bytes + (kind == Kind::reserved ? charged : 0));
+        EXPECT_EQ(after.peak_used_bytes, std::max(before.peak_used_bytes, after.used_bytes));
+        EXPECT_EQ(after.peak_charged_bytes,
+                  std::max(before.peak_charged_bytes, before.used_bytes + before.reserved_bytes + charged));
+      }
+    }
+  }
+}
+
 // ---- the state gate -----------------------------------------------------------
 
 TEST(StateGate, RefusesReentryFromTheHolderAndAdmitsAgainAfterLeave) {
@@ -1533,6 +1578,10 @@ TEST(Transitions, AFailedOrRefusedTransitionLeavesTheStateAsItWas) {
   EXPECT_EQ(held.materializations.front().location, CUDA0);
 }
 
+// One list of actions, as execute_actions passes them (the list lives to the
+// end of the call it is made for).
+PlanActions listed(const std::vector<ResidencyAction>& actions) { return PlanActions{{actions}}; }
+
 TEST(PlanDryRun, PredictsPeaksAndRefusalsWithoutTouchingTheState) {
   EngineFixture fixture;
   ValueRecord& first = fixture.adopt(1);
@@ -1543,7 +1592,7 @@ TEST(PlanDryRun, PredictsPeaksAndRefusalsWithoutTouchingTheState) {
   const ResidencyAction ensure_second = EnsureResident{fixture.handle(second), CUDA0};
   const ResidencyAction discard_first = DiscardValue{fixture.handle(first)};
   // Within the 8-byte budget only because the drop comes between the ensures.
-  const auto feasible = fixture.dry_run.run({&ensure_first, &drop_first, &ensure_second}, {}, 0, nullptr);
+  const auto feasible = fixture.dry_run.run(listed({ensure_first, drop_first, ensure_second}), {}, 0, nullptr);
   EXPECT_FALSE(feasible.failure.has_value());
   ASSERT_EQ(feasible.steps.size(), 3u);
   EXPECT_EQ(feasible.steps[0].record, &first);
@@ -1568,7 +1617,7 @@ TEST(PlanDryRun, PredictsPeaksAndRefusalsWithoutTouchingTheState) {
   EXPECT_EQ(peak_at(feasible, PAGEABLE_HOST), 16);
   // The same two ensures without the drop: refused at the second, explained up to it.
   std::vector<ResidencyActionExplanation> explanations;
-  const auto refused = fixture.dry_run.run({&ensure_first, &ensure_second, &drop_first}, {}, 0, &explanations);
+  const auto refused = fixture.dry_run.run(listed({ensure_first, ensure_second, drop_first}), {}, 0, &explanations);
   ASSERT_TRUE(refused.failure.has_value());
   EXPECT_EQ(*refused.failure, "transition exceeds budget at " + CUDA0.name());
   ASSERT_EQ(explanations.size(), 2u);
@@ -1576,15 +1625,15 @@ TEST(PlanDryRun, PredictsPeaksAndRefusalsWithoutTouchingTheState) {
   EXPECT_FALSE(explanations[1].executable);
   EXPECT_EQ(peak_at(refused, CUDA0), 16);  // the refused charge is the predicted peak
   // A reservation admitted first leaves no room for either ensure.
-  const auto reserved = fixture.dry_run.run({&ensure_first}, {MemoryReservation(CUDA0, 4, "kv")}, 0, nullptr);
+  const auto reserved = fixture.dry_run.run(listed({ensure_first}), {MemoryReservation(CUDA0, 4, "kv")}, 0, nullptr);
   EXPECT_EQ(reserved.failure, "transition exceeds budget at " + CUDA0.name());
   // A location first used by the plan is registered in the shadow only.
   const ResidencyAction ensure_elsewhere = EnsureResident{fixture.handle(second), CUDA1};
-  const auto elsewhere = fixture.dry_run.run({&ensure_elsewhere}, {}, 0, nullptr);
+  const auto elsewhere = fixture.dry_run.run(listed({ensure_elsewhere}), {}, 0, nullptr);
   EXPECT_FALSE(elsewhere.failure.has_value());
   EXPECT_EQ(peak_at(elsewhere, CUDA1), 8);
   // A value discarded earlier in the plan is refused like an unknown one.
-  const auto discarded = fixture.dry_run.run({&discard_first, &ensure_first}, {}, 0, nullptr);
+  const auto discarded = fixture.dry_run.run(listed({discard_first, ensure_first}), {}, 0, nullptr);
   EXPECT_EQ(discarded.failure, "value '" + fixture.handle(first).handle_id + "' is discarded");
   // Nothing was charged, registered, bumped or discarded.
   EXPECT_EQ(fixture.version, version);
@@ -1593,6 +1642,58 @@ TEST(PlanDryRun, PredictsPeaksAndRefusalsWithoutTouchingTheState) {
   EXPECT_EQ(fixture.ledger.find(CUDA1), nullptr);
   EXPECT_FALSE(first.discarded);
   EXPECT_EQ(first.materializations.size(), 1u);
+}
+
+// A plan's actions come in three lists (reclaim, enter, exit), walked as one
+// sequence: its reservations are admitted before the action they precede,
+// which may be in any list or after the last, and the first refusal, in
+// whichever list, ends the run with that action explained.
+TEST(PlanDryRun, WalksThePlansListsInOrderWithTheReservationsBetween) {
+  EngineFixture fixture;
+  ValueRecord& first = fixture.adopt(1);
+  ValueRecord& second = fixture.adopt(2);
+  const std::vector<ResidencyAction> reclaim{DropResident{fixture.handle(first), PAGEABLE_HOST},
+                                             DropResident{fixture.handle(second), CUDA0}};
+  const std::vector<ResidencyAction> enter{EnsureResident{fixture.handle(first), CUDA0}};
+  const std::vector<ResidencyAction> exit{DropResident{fixture.handle(first), CUDA0},
+                                          EnsureResident{fixture.handle(second), CUDA0}};
+  const PlanActions plan{{reclaim, enter, exit}};
+  ASSERT_EQ(plan.size(), 5u);
+  const std::vector<MemoryReservation> kv{MemoryReservation(CUDA0, 4, "kv")};
+  // Steps in plan order, across the lists: the reclaim's drop of `first`
+  // (its only copy: refused) is not a step because the run stops there.
+  std::vector<ResidencyActionExplanation> explanations;
+  const auto refused_first = fixture.dry_run.run(plan, {}, 0, &explanations);
+  ASSERT_EQ(explanations.size(), 1u);
+  EXPECT_EQ(std::get<DropResident>(explanations[0].action).handle, fixture.handle(first));
+  EXPECT_TRUE(refused_first.failure.has_value());
+  // Without the reclaim's refusal: every list is walked, in order.
+  const std::vector<ResidencyAction> no_reclaim{DropResident{fixture.handle(second), CUDA0}};
+  const PlanActions whole{{no_reclaim, enter, exit}};
+  const auto feasible = fixture.dry_run.run(whole, {}, 0, nullptr);
+  ASSERT_FALSE(feasible.failure.has_value()) << *feasible.failure;
+  ASSERT_EQ(feasible.steps.size(), 4u);
+  EXPECT_TRUE(feasible.steps[0].decision.changes_nothing());  // second is not at cuda:0
+  EXPECT_EQ(feasible.steps[1].decision.destination, CUDA0);   // enter: first to cuda:0
+  EXPECT_EQ(feasible.steps[2].decision.remove, CUDA0);        // exit: and away again
+  EXPECT_EQ(feasible.steps[3].record, &second);               // exit: second to cuda:0
+  // A 4-byte reservation before the enter list leaves no room for its 8
+  // bytes: refused at the enter's ensure, after the reclaim's action ran.
+  explanations.clear();
+  const auto reserved_before_enter = fixture.dry_run.run(whole, kv, 1, &explanations);
+  EXPECT_EQ(reserved_before_enter.failure, "transition exceeds budget at " + CUDA0.name());
+  EXPECT_EQ(explanations.size(), 2u);
+  // After the exit's drop (index 3), it fits until the last ensure.
+  explanations.clear();
+  const auto reserved_late = fixture.dry_run.run(whole, kv, 3, &explanations);
+  EXPECT_EQ(reserved_late.failure, "transition exceeds budget at " + CUDA0.name());
+  EXPECT_EQ(explanations.size(), 4u);
+  // After the last action, the reservation itself is what does not fit.
+  explanations.clear();
+  const auto reserved_after = fixture.dry_run.run(whole, kv, 4, &explanations);
+  EXPECT_EQ(reserved_after.failure, "reservation 'kv' exceeds budget at " + CUDA0.name());
+  EXPECT_EQ(explanations.size(), 4u);
+  EXPECT_TRUE(explanations.back().executable);
 }
 
 }  // namespace

@@ -80,14 +80,7 @@ std::optional<std::int64_t> previous_completion(const std::vector<ResidencyTrans
   return transitions.back().completed_at_ns;
 }
 
-std::vector<const ResidencyAction*> whole_plan(const ResidencyPlan& plan) {
-  std::vector<const ResidencyAction*> actions;
-  actions.reserve(plan.reclaim.size() + plan.enter.size() + plan.exit.size());
-  for (const auto* list : {&plan.reclaim, &plan.enter, &plan.exit}) {
-    for (const auto& action : *list) actions.push_back(&action);
-  }
-  return actions;
-}
+PlanActions whole_plan(const ResidencyPlan& plan) { return PlanActions{{plan.reclaim, plan.enter, plan.exit}}; }
 
 }  // namespace
 
@@ -132,10 +125,7 @@ ResidencyPlanReport ManagerCore::execute_actions(const std::vector<ResidencyActi
   const std::int64_t started = clock_locked();
   require_expected_version_locked(expected);
   check_streams_locked(streams);
-  std::vector<const ResidencyAction*> pointers;
-  pointers.reserve(actions.size());
-  for (const auto& action : actions) pointers.push_back(&action);
-  const PlanDryRun::Result preflight = dry_run_.run(pointers, {}, 0, nullptr);
+  const PlanDryRun::Result preflight = dry_run_.run(PlanActions{{actions}}, {}, 0, nullptr);
   if (preflight.failure) {
     throw ResidencyPlanError("residency plan '" + name + "' is infeasible: " + *preflight.failure);
   }
@@ -165,7 +155,7 @@ ScopeEntry ManagerCore::enter_scope(const ResidencyPlan& plan, const TransferStr
   entry.started_at_ns = clock_locked();
   require_expected_version_locked(expected);
   check_streams_locked(streams);
-  const std::vector<const ResidencyAction*> actions = whole_plan(plan);
+  const PlanActions actions = whole_plan(plan);
   const PlanDryRun::Result preflight = dry_run_.run(actions, plan.reservations, plan.reclaim.size(), nullptr);
   if (preflight.failure) {
     throw ResidencyPlanError("residency plan '" + plan.name + "' is infeasible: " + *preflight.failure);

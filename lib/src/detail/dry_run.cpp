@@ -15,7 +15,7 @@ namespace fhelium::residency::detail {
 
 namespace {
 
-enum class Charge { temporary, used, reserved };
+using Charge = LocationLedger::ChargeKind;
 
 // One action's dry-run result; `reason` explains a refusal, or a no-op when
 // explanations are recorded.
@@ -60,9 +60,7 @@ class Shadow {
   // charge in the reason for a refusal ("transition", "reservation 'kv'").
   std::optional<std::string> admit(const ResidencyLocation& location, std::int64_t bytes, Charge kind,
                                    std::string_view what) {
-    try {
-      ledger_.check_admission(location, bytes);
-    } catch (const ResidencyBudgetError&) {
+    if (!ledger_.admit_charge(location, bytes, kind)) [[unlikely]] {
       if (!ledger_.find(location)->budget_bytes) {
         // A reservation is named; a transition's charge speaks for itself.
         return (kind == Charge::reserved ? std::string(what) + ": " : std::string()) + "charge at " +
@@ -70,11 +68,6 @@ class Shadow {
       }
       ledger_.note_transient_charge(location, bytes);
       return std::string(what) + " exceeds budget at " + location.name();
-    }
-    switch (kind) {
-      case Charge::temporary: ledger_.note_transient_charge(location, bytes); break;
-      case Charge::used: ledger_.add_used(location, bytes); break;
-      case Charge::reserved: ledger_.add_reserved(location, bytes); break;
     }
     return std::nullopt;
   }
@@ -117,8 +110,13 @@ class ShadowView {
       : record_(record), locations_(locations), lifetimes_(lifetimes), runtime_(runtime) {}
 
   const ValueRecord& record() const { return record_; }
+  // A plain loop: a value has one or two locations, where std::find's
+  // unrolled search costs more than the search.
   bool resident(const ResidencyLocation& location) const {
-    return std::find(locations_.begin(), locations_.end(), location) != locations_.end();
+    for (const ResidencyLocation& at : locations_) {
+      if (at == location) return true;
+    }
+    return false;
   }
   std::size_t count() const { return locations_.size(); }
   std::optional<ResidencyLocation> first(const std::optional<ResidencyLocation>& exclude) const {
@@ -139,19 +137,23 @@ class ShadowView {
   DeviceRuntime& runtime_;
 };
 
+// Removes `location`, which is there (a plain loop, as in ShadowView::resident).
 void erase(ShadowLocations& locations, const ResidencyLocation& location) {
-  locations.erase(std::find(locations.begin(), locations.end(), location));
+  auto at = locations.begin();
+  while (*at != location) ++at;
+  locations.erase(at);
 }
 
 }  // namespace
 
-PlanDryRun::Result PlanDryRun::run(const std::vector<const ResidencyAction*>& actions,
+PlanDryRun::Result PlanDryRun::run(const PlanActions& actions,
                                    const std::vector<MemoryReservation>& reservations, std::size_t reservations_after,
                                    std::vector<ResidencyActionExplanation>* explanations) {
   Result result;
   // Steps are for execution: an explanation carries what it needs itself.
   const bool keep_steps = explanations == nullptr;
-  if (keep_steps) result.steps.reserve(actions.size());
+  const std::size_t action_count = actions.size();
+  if (keep_steps) result.steps.reserve(action_count);
   Shadow shadow(ledger_, runtime_, ++runs_);
 
   const auto admit_reservations = [&]() -> std::optional<std::string> {
@@ -219,8 +221,9 @@ PlanDryRun::Result PlanDryRun::run(const std::vector<const ResidencyAction*>& ac
       shadow.discarded.insert(&record);
     } else {
       // The destination is the action's own location, prepared above; a
-      // load's source is the registered one, prepared here.
-      if (decision.load) reason = shadow.charge(*decision.source, charge, Charge::temporary, "transition");
+      // load's source is the registered one, which register_source checked
+      // and entered in the ledger (execution charges it without a check too).
+      if (decision.load) reason = shadow.admit(*decision.source, charge, Charge::transient, "transition");
       if (!reason && decision.install) {
         reason = shadow.admit(*decision.destination, charge, Charge::used, "transition");
         if (!reason) locations.push_back(*decision.destination);
@@ -235,19 +238,27 @@ PlanDryRun::Result PlanDryRun::run(const std::vector<const ResidencyAction*>& ac
             std::move(reason)};
   };
 
+  // The actions in order, the reservations admitted before action
+  // `reservations_after` (after the last when it is the count), up to the
+  // first refusal, which is explained too.
   std::optional<std::string>& failure = result.failure;
-  if (explanations != nullptr) explanations->reserve(actions.size());
-  for (std::size_t index = 0; index <= actions.size() && !failure; ++index) {
-    if (index == reservations_after) failure = admit_reservations();
-    if (failure || index == actions.size()) break;
-    Outcome outcome = simulate(*actions[index]);
-    if (!outcome.executable) failure = outcome.reason;
-    if (explanations != nullptr) {
-      explanations->emplace_back(RecordAssembly::key(), *actions[index], outcome.executable, outcome.no_op,
-                                 outcome.source, outcome.destination, outcome.logical_nbytes, outcome.storage_nbytes,
-                                 std::move(outcome.reason));
+  if (explanations != nullptr) explanations->reserve(action_count);
+  std::size_t index = 0;
+  for (const auto& list : actions.lists) {
+    for (const ResidencyAction& action : list) {
+      if (index++ == reservations_after && (failure = admit_reservations())) break;
+      Outcome outcome = simulate(action);
+      if (!outcome.executable) failure = outcome.reason;
+      if (explanations != nullptr) {
+        explanations->emplace_back(RecordAssembly::key(), action, outcome.executable, outcome.no_op, outcome.source,
+                                   outcome.destination, outcome.logical_nbytes, outcome.storage_nbytes,
+                                   std::move(outcome.reason));
+      }
+      if (failure) break;
     }
+    if (failure) break;
   }
+  if (!failure && reservations_after == action_count) failure = admit_reservations();
   result.peaks = shadow.peaks();
   return result;
 }

@@ -11,8 +11,10 @@
 // only the first refusal's reason.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -26,6 +28,15 @@
 #include "fhelium/residency/snapshot.hpp"
 
 namespace fhelium::residency::detail {
+
+// A plan's actions in order, walked where they are: the consecutive lists
+// they come in (a plan's reclaim, enter and exit actions; the one list of
+// execute_actions), not gathered into another.
+struct PlanActions {
+  std::array<std::span<const ResidencyAction>, 3> lists{};
+
+  std::size_t size() const { return lists[0].size() + lists[1].size() + lists[2].size(); }
+};
 
 class PlanDryRun {
  public:
@@ -54,7 +65,7 @@ class PlanDryRun {
   // Dry-runs `actions`, with `reservations` admitted before action
   // `reservations_after`. `explanations`, when given, receives one record per
   // action run (explain); a preflight passes none and builds no record.
-  Result run(const std::vector<const ResidencyAction*>& actions, const std::vector<MemoryReservation>& reservations,
+  Result run(const PlanActions& actions, const std::vector<MemoryReservation>& reservations,
              std::size_t reservations_after, std::vector<ResidencyActionExplanation>* explanations);
 
  private:

@@ -52,12 +52,29 @@ class LocationLedger {
     FHELIUM_CHECK(bytes >= 0, "negative charge requested");
     const LocationAccount* state = find(location);
     if (state == nullptr) return;
-    // Admitted charges never exceed INT64_MAX in total, and a budget is at
-    // most INT64_MAX, so neither bound below can overflow.
-    const std::int64_t room = state->budget_bytes ? *state->remaining_bytes()
-                                                  : std::numeric_limits<std::int64_t>::max() - state->used_bytes -
-                                                        state->reserved_bytes;
-    if (bytes > room) [[unlikely]] refuse_admission(*state, bytes);
+    if (!admits(*state, bytes)) [[unlikely]] refuse_admission(*state, bytes);
+  }
+  // How admit_charge() charges: as used or reserved bytes, or transiently,
+  // raising only the charged peak (a dry run's reconstruction charge, which
+  // is returned at once).
+  enum class ChargeKind { used, reserved, transient };
+  // check_admission() and the charge together, for a registered `location`:
+  // false, charging nothing, where check_admission() would throw. One
+  // lookup of the account: a dry run charges every action this way.
+  bool admit_charge(const ResidencyLocation& location, std::int64_t bytes, ChargeKind kind) {
+    FHELIUM_CHECK(bytes >= 0, "negative charge requested");
+    LocationAccount& state = account(location);
+    if (!admits(state, bytes)) return false;
+    switch (kind) {
+      case ChargeKind::used: state.used_bytes += bytes; break;
+      case ChargeKind::reserved: state.reserved_bytes += bytes; break;
+      case ChargeKind::transient:
+        // Admitted, so the sum is representable.
+        state.peak_charged_bytes = std::max(state.peak_charged_bytes, state.used_bytes + state.reserved_bytes + bytes);
+        return true;
+    }
+    raise_peaks(state);
+    return true;
   }
 
   // Charges of a registered location. Removing more than was added is a bug.
@@ -98,6 +115,15 @@ class LocationLedger {
     const std::int32_t slot = slot_[static_cast<std::size_t>(location.ordinal())];
     FHELIUM_CHECK(slot >= 0, "charge at an unregistered location");
     return accounts_[static_cast<std::size_t>(slot)];
+  }
+  // Whether `state` has room for `bytes` more. Admitted charges never exceed
+  // INT64_MAX in total, and a budget is at most INT64_MAX, so neither bound
+  // below can overflow.
+  static bool admits(const LocationAccount& state, std::int64_t bytes) {
+    const std::int64_t room = state.budget_bytes ? *state.remaining_bytes()
+                                                 : std::numeric_limits<std::int64_t>::max() - state.used_bytes -
+                                                       state.reserved_bytes;
+    return bytes <= room;
   }
   // One charge (used or reserved), chosen at compile time.
   using Charge = std::int64_t LocationAccount::*;

@@ -202,9 +202,7 @@ std::size_t LifetimeTable::synchronize_pending(
   return finished;
 }
 
-bool LifetimeTable::still_protects(const Materialization& item, DeviceRuntime& runtime) const {
-  if (item.use_count > 0 || item.hold_count > 0) return true;
-  if (item.pending_count == 0) return false;
+bool LifetimeTable::pending_protects(const Materialization& item, DeviceRuntime& runtime) const {
   // Pending protection ends only when every covering lease's events are complete.
   for (const auto& [token, lease] : leases_) {
     if (lease.state != LeaseState::pending || lease.location != item.location) continue;

@@ -107,7 +107,12 @@ class LifetimeTable {
                                   const std::function<void(const LeaseRecord&, const std::exception&)>& failed);
   // Whether `item`'s protection would still stand after reaping: reads and
   // holds, or a pending lease whose events have not all completed.
-  bool still_protects(const Materialization& item, DeviceRuntime& runtime) const;
+  // Inline: a dry run asks for every value it drops or moves, and nearly
+  // all are unprotected.
+  bool still_protects(const Materialization& item, DeviceRuntime& runtime) const {
+    if (item.use_count > 0 || item.hold_count > 0) return true;
+    return item.pending_count > 0 && pending_protects(item, runtime);
+  }
 
   // The leases granted under the gate (lane leases are never pending and
   // have no streams), and the number of all leases.
@@ -123,6 +128,8 @@ class LifetimeTable {
   void clear();
 
  private:
+  // still_protects() for an item with pending leases and no reads or holds.
+  bool pending_protects(const Materialization& item, DeviceRuntime& runtime) const;
   static constexpr unsigned lane_count = StateGate::lane_count;
   // A token's low bits say where it was granted: 0 under the gate, lane + 1 in a lane.
   static constexpr unsigned tag_bits = 4;
