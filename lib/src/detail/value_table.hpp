@@ -39,7 +39,7 @@ struct Materialization {
   // of the record's own.
   StorageKeys storage_keys;
 
-  Materialization(ResidencyLocation location, ResidentValue&& value, std::int64_t storage_nbytes, StorageKeys keys)
+  Materialization(ResidencyLocation location, ResidentValue&& value, std::int64_t storage_nbytes, StorageKeys&& keys)
       : location(location), storage_nbytes(storage_nbytes), value(std::move(value)), storage_keys(std::move(keys)) {}
 
   bool is_protected() const { return use_count > 0 || hold_count > 0 || pending_count > 0; }
