@@ -2,6 +2,7 @@
 // discard, each decided and carried out by the transitions part
 // (transitions.hpp) and reported here.
 #include <stdexcept>
+#include <tuple>
 
 #include "detail/check.hpp"
 #include "detail/manager_core.hpp"
@@ -103,12 +104,20 @@ void ManagerCore::run_locked(ResidencyTransitionReport& report, const std::optio
       allocator_device(action, record.materializations, [](const Materialization& item) -> const ResidencyLocation& {
         return item.location;
       });
-  std::pair<std::optional<std::int64_t>, std::optional<std::int64_t>> before, after;
-  if (sampled_device) [[unlikely]] before = sample_allocator_locked(sampled_device);
+  // The samples go straight into the report, which a failure discards; a
+  // fresh report has none, and a host action leaves it so.
+  if (sampled_device) [[unlikely]] {
+    report.allocator_device = sampled_device;
+    std::tie(report.allocator_allocated_bytes_before, report.allocator_reserved_bytes_before) =
+        sample_allocator_locked(sampled_device);
+  }
   const TransitionDecision decision = planned != nullptr
                                          ? transitions_.apply_planned(planned->decision, action, record, stream)
                                          : transitions_.decide_and_apply(action, record, stream);
-  if (sampled_device) [[unlikely]] after = sample_allocator_locked(sampled_device);
+  if (sampled_device) [[unlikely]] {
+    std::tie(report.allocator_allocated_bytes_after, report.allocator_reserved_bytes_after) =
+        sample_allocator_locked(sampled_device);
+  }
   report.no_op = decision.changes_nothing();
   report.source = decision.source;
   report.destination = decision.destination;
@@ -116,14 +125,6 @@ void ManagerCore::run_locked(ResidencyTransitionReport& report, const std::optio
   report.storage_nbytes = record.spec.storage_nbytes;
   report.started_at_ns = started;
   report.completed_at_ns = clock_locked();
-  if (sampled_device) [[unlikely]] {
-    // A fresh report has none of these; a host action leaves them so.
-    report.allocator_device = sampled_device;
-    report.allocator_allocated_bytes_before = before.first;
-    report.allocator_reserved_bytes_before = before.second;
-    report.allocator_allocated_bytes_after = after.first;
-    report.allocator_reserved_bytes_after = after.second;
-  }
   if (decision.no_op) report.reason.emplace(decision.no_op);
   trace_.push_in_place([&](TraceRecord& slot) { slot.assign(report, record.serial, decision.no_op); });
 }
