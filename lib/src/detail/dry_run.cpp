@@ -246,7 +246,10 @@ PlanDryRun::Result PlanDryRun::run(const PlanActions& actions,
   std::size_t index = 0;
   for (const auto& list : actions.lists) {
     for (const ResidencyAction& action : list) {
-      if (index++ == reservations_after && (failure = admit_reservations())) break;
+      if (index++ == reservations_after) {
+        failure = admit_reservations();
+        if (failure) break;
+      }
       Outcome outcome = simulate(action);
       if (!outcome.executable) failure = outcome.reason;
       if (explanations != nullptr) {

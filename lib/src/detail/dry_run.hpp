@@ -63,7 +63,7 @@ class PlanDryRun {
       : runtime_(runtime), values_(values), ledger_(ledger), lifetimes_(lifetimes) {}
 
   // Dry-runs `actions`, with `reservations` admitted before action
-  // `reservations_after`. `explanations`, when given, receives one record per
+  // `reservations_after` (after the last when it is the action count). `explanations`, when given, receives one record per
   // action run (explain); a preflight passes none and builds no record.
   Result run(const PlanActions& actions, const std::vector<MemoryReservation>& reservations,
              std::size_t reservations_after, std::vector<ResidencyActionExplanation>* explanations);

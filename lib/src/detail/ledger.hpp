@@ -54,9 +54,9 @@ class LocationLedger {
     if (state == nullptr) return;
     if (!admits(*state, bytes)) [[unlikely]] refuse_admission(*state, bytes);
   }
-  // How admit_charge() charges: as used or reserved bytes, or transiently,
-  // raising only the charged peak (a dry run's reconstruction charge, which
-  // is returned at once).
+  // How admit_charge() charges: as used or reserved bytes, or transiently:
+  // reserved and returned at once, so that only the peaks show it (a dry
+  // run's reconstruction charge).
   enum class ChargeKind { used, reserved, transient };
   // check_admission() and the charge together, for a registered `location`:
   // false, charging nothing, where check_admission() would throw. One
@@ -65,15 +65,9 @@ class LocationLedger {
     FHELIUM_CHECK(bytes >= 0, "negative charge requested");
     LocationAccount& state = account(location);
     if (!admits(state, bytes)) return false;
-    switch (kind) {
-      case ChargeKind::used: state.used_bytes += bytes; break;
-      case ChargeKind::reserved: state.reserved_bytes += bytes; break;
-      case ChargeKind::transient:
-        // Admitted, so the sum is representable.
-        state.peak_charged_bytes = std::max(state.peak_charged_bytes, state.used_bytes + state.reserved_bytes + bytes);
-        return true;
-    }
+    (kind == ChargeKind::used ? state.used_bytes : state.reserved_bytes) += bytes;
     raise_peaks(state);
+    if (kind == ChargeKind::transient) state.reserved_bytes -= bytes;
     return true;
   }
 
