@@ -89,6 +89,39 @@ TEST(ResidentValue, CountsLogicalAndUniqueStorageBytes) {
             reinterpret_cast<std::uintptr_t>(first.storage().unsafeGetStorageImpl()));
 }
 
+// A value of one tensor keeps its field and storage key inside itself; more
+// spill to the heap in field order, and a move carries either form whole.
+TEST(ResidentValue, KeepsOneFieldAndStorageInlineAndSpillsMoreInOrder) {
+  const ResidentValue one = make_value(8);
+  ASSERT_EQ(one.fields().size(), 1u);
+  EXPECT_FALSE(one.fields().spilled());
+  ASSERT_EQ(one.storage_keys().size(), 1u);
+  EXPECT_FALSE(one.storage_keys().spilled());
+
+  const at::Tensor a = at::zeros({2}), b = at::zeros({3}), c = at::zeros({5});
+  ResidentValue three("Triple", {{"a", a}, {"b", b}, {"c", c}});
+  EXPECT_TRUE(three.fields().spilled());
+  EXPECT_TRUE(three.storage_keys().spilled());
+  const ResidentValue moved = std::move(three);
+  ASSERT_EQ(moved.fields().size(), 3u);
+  ASSERT_EQ(moved.storage_keys().size(), 3u);
+  const at::Tensor* expected[] = {&a, &b, &c};
+  for (std::size_t index = 0; index < 3; ++index) {
+    EXPECT_EQ(moved.fields()[index].first, std::string(1, static_cast<char>('a' + index)));
+    EXPECT_TRUE(moved.fields()[index].second.is_same(*expected[index]));
+    EXPECT_EQ(moved.storage_keys()[index].address,
+              reinterpret_cast<std::uintptr_t>(expected[index]->storage().unsafeGetStorageImpl()));
+  }
+  EXPECT_EQ(moved.storage_nbytes(), (2 + 3 + 5) * 4);
+
+  ResidentValue inline_source = make_value(8);
+  const at::Tensor held = inline_source.fields().front().second;
+  const ResidentValue inline_moved = std::move(inline_source);
+  ASSERT_EQ(inline_moved.fields().size(), 1u);
+  EXPECT_TRUE(inline_moved.fields().front().second.is_same(held));
+  EXPECT_EQ(inline_moved.storage_nbytes(), 32);
+}
+
 TEST(ResidentValue, RejectsMalformedBundles) {
   const at::Tensor tensor = at::zeros({4});
   EXPECT_THROW(ResidentValue("", {{"a", tensor}}), std::invalid_argument);

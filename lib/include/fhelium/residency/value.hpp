@@ -27,6 +27,10 @@ class ResidentValue {
  public:
   using Field = std::pair<std::string, at::Tensor>;
   using Attribute = std::pair<std::string, AttributeValue>;
+  // Most values hold one tensor in one storage: both are kept inside the
+  // value, so making and releasing such a value allocates and frees no list.
+  // Both read like a std::vector and convert to one.
+  using Fields = InlineVector<Field, 1>;
 
   ResidentValue() = default;
   // Throws std::invalid_argument for an empty type name, an empty or duplicate
@@ -34,7 +38,7 @@ class ResidentValue {
   ResidentValue(std::string type_name, std::vector<Field> fields, std::vector<Attribute> attributes = {});
 
   const std::string& type_name() const noexcept { return type_name_; }
-  const std::vector<Field>& fields() const noexcept { return fields_; }
+  const Fields& fields() const noexcept { return fields_; }
   const std::vector<Attribute>& attributes() const noexcept { return attributes_; }
   // The tensor named `name`; throws std::out_of_range when there is none.
   const at::Tensor& field(const std::string& name) const;
@@ -43,7 +47,7 @@ class ResidentValue {
   // Bytes of the distinct backing storages, each counted once.
   std::int64_t storage_nbytes() const noexcept { return storage_nbytes_; }
   // Distinct storage identities in field order.
-  const std::vector<StorageKey>& storage_keys() const noexcept { return storage_keys_; }
+  const StorageKeys& storage_keys() const noexcept { return storage_keys_; }
 
   // A value with the same type name and attributes and new tensors, in the
   // same field order. Used by runtimes to build a copy.
@@ -51,11 +55,11 @@ class ResidentValue {
 
  private:
   std::string type_name_;
-  std::vector<Field> fields_;
+  Fields fields_;
   std::vector<Attribute> attributes_;
   std::int64_t logical_nbytes_ = 0;
   std::int64_t storage_nbytes_ = 0;
-  std::vector<StorageKey> storage_keys_;
+  StorageKeys storage_keys_;
 };
 
 }  // namespace fhelium::residency
