@@ -13,7 +13,7 @@
 namespace fhelium::residency::detail {
 
 
-ResidencyHandle ManagerCore::adopt(ResidentValue value, std::optional<ResidencyLocation> at,
+ResidencyHandle ManagerCore::adopt(ResidentValue&& value, std::optional<ResidencyLocation> at,
                                    ReplicaMode replica_mode) {
   validate(replica_mode, "adopt replica_mode");
   StateAccess access(*this);

@@ -52,24 +52,28 @@ class Shadow {
   std::optional<std::string> charge(const ResidencyLocation& location, std::int64_t bytes, Charge kind,
                                     std::string_view what) {
     if (auto reason = prepare(location)) return reason;
-    return admit(location, bytes, kind, what);
+    if (admitted(location, bytes, kind)) return std::nullopt;
+    return refusal(location, bytes, kind, what);
   }
 
   // Charges `bytes` at the prepared `location` with the ledger's own
-  // admission rule; a temporary charge only raises the peak. `what` names the
-  // charge in the reason for a refusal ("transition", "reservation 'kv'").
-  std::optional<std::string> admit(const ResidencyLocation& location, std::int64_t bytes, Charge kind,
-                                   std::string_view what) {
-    if (!ledger_.admit_charge(location, bytes, kind)) [[unlikely]] {
-      if (!ledger_.find(location)->budget_bytes) {
-        // A reservation is named; a transition's charge speaks for itself.
-        return (kind == Charge::reserved ? std::string(what) + ": " : std::string()) + "charge at " +
-               location.name() + " would exceed the largest representable byte count (INT64_MAX)";
-      }
-      ledger_.note_transient_charge(location, bytes);
-      return std::string(what) + " exceeds budget at " + location.name();
+  // admission rule (a temporary charge only raises the peak); false, charging
+  // nothing, when the ledger refuses, and then refusal() says why. Inline:
+  // every admitted action takes this path, and only refusals build text.
+  bool admitted(const ResidencyLocation& location, std::int64_t bytes, Charge kind) {
+    return ledger_.admit_charge(location, bytes, kind);
+  }
+  // The reason a charge admitted() refused is refused, its peak noted. `what`
+  // names the charge ("transition", "reservation 'kv'").
+  [[gnu::noinline]] std::string refusal(const ResidencyLocation& location, std::int64_t bytes, Charge kind,
+                                        std::string_view what) {
+    if (!ledger_.find(location)->budget_bytes) {
+      // A reservation is named; a transition's charge speaks for itself.
+      return (kind == Charge::reserved ? std::string(what) + ": " : std::string()) + "charge at " + location.name() +
+             " would exceed the largest representable byte count (INT64_MAX)";
     }
-    return std::nullopt;
+    ledger_.note_transient_charge(location, bytes);
+    return std::string(what) + " exceeds budget at " + location.name();
   }
 
   void uncharge(const ResidencyLocation& location, std::int64_t bytes) { ledger_.remove_used(location, bytes); }
@@ -223,10 +227,14 @@ PlanDryRun::Result PlanDryRun::run(const PlanActions& actions,
       // The destination is the action's own location, prepared above; a
       // load's source is the registered one, which register_source checked
       // and entered in the ledger (execution charges it without a check too).
-      if (decision.load) reason = shadow.admit(*decision.source, charge, Charge::transient, "transition");
-      if (!reason && decision.install) {
-        reason = shadow.admit(*decision.destination, charge, Charge::used, "transition");
-        if (!reason) locations.push_back(*decision.destination);
+      if (decision.load && !shadow.admitted(*decision.source, charge, Charge::transient)) [[unlikely]] {
+        reason = shadow.refusal(*decision.source, charge, Charge::transient, "transition");
+      } else if (decision.install) {
+        if (shadow.admitted(*decision.destination, charge, Charge::used)) [[likely]] {
+          locations.push_back(*decision.destination);
+        } else {
+          reason = shadow.refusal(*decision.destination, charge, Charge::used, "transition");
+        }
       }
       if (!reason && decision.remove) {
         shadow.uncharge(*decision.remove, charge);
