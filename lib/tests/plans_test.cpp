@@ -250,6 +250,49 @@ TEST_F(PlanFixture, ExplainReportsBadHandlesAndLocationsAsReasons) {
   EXPECT_THROW(manager.explain(ResidencyPlan{""}), std::invalid_argument);
 }
 
+// A malformed handle is an argument error wherever it stands in the plan: after
+// a refusal (where the dry run stops), beside a malformed reservation, on a
+// closed manager and with a stale expected version.
+TEST_F(PlanFixture, ExplainRefusesMalformedHandlesBeforeAnyOtherError) {
+  const ResidencyHandle blank{a.manager_id, " ", a.value_type};
+  const auto handle_error = [&](const ResidencyPlan& plan, std::optional<std::uint64_t> expected) {
+    try {
+      manager.explain(plan, expected);
+    } catch (const std::invalid_argument& error) {
+      return std::string(error.what());
+    } catch (const std::exception& error) {
+      return "other error: " + std::string(error.what());
+    }
+    return std::string("no error");
+  };
+  const std::string expected_text = "ResidencyHandle handle_id must be non-empty";
+  const std::uint64_t version = manager.state_version();
+  // After an action the dry run refuses (cuda:9 does not exist here).
+  EXPECT_EQ(handle_error(ResidencyPlan{"p", {EnsureResident{a, cuda_location(9)}, DropResident{blank, CUDA0}}}, {}),
+            expected_text);
+  // After a reservation the budget refuses, in the exit list.
+  EXPECT_EQ(handle_error(ResidencyPlan{"p", {}, {}, {MemoryReservation(CUDA0, 1024, "big")}, {DiscardValue{blank}}},
+                         {}),
+            expected_text);
+  // Beside a reservation whose fields were made malformed.
+  ResidencyPlan reserved{"p", {}, {DropResident{blank, CUDA0}}, {MemoryReservation(CUDA0, 8, "workspace")}};
+  reserved.reservations[0].nbytes = -1;
+  EXPECT_EQ(handle_error(reserved, {}), expected_text);
+  // With a stale expected version.
+  EXPECT_EQ(handle_error(ResidencyPlan{"p", {EnsureResident{a, CUDA0}, DropResident{blank, CUDA0}}}, version + 1),
+            expected_text);
+  // Well-formed, the same plans give their own errors and reasons.
+  EXPECT_THROW(manager.explain(ResidencyPlan{"p", {EnsureResident{a, CUDA0}}}, version + 1), ResidencyStaleStateError);
+  EXPECT_FALSE(manager.explain(ResidencyPlan{"p", {EnsureResident{a, cuda_location(9)}, DropResident{b, CUDA0}}})
+                   .feasible);
+  EXPECT_EQ(manager.state_version(), version);
+  // On a closed manager.
+  manager.close();
+  EXPECT_EQ(handle_error(ResidencyPlan{"p", {EnsureResident{a, CUDA0}, DropResident{blank, CUDA0}}}, {}),
+            expected_text);
+  EXPECT_THROW(manager.explain(ResidencyPlan{"p", {EnsureResident{a, CUDA0}}}), ResidencyClosedError);
+}
+
 TEST_F(PlanFixture, ScopesRunReclaimReservationsEnterBodyExit) {
   manager.move(c, CUDA0);
   ResidencyPlan plan{"attention",

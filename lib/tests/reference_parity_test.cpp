@@ -307,6 +307,8 @@ TEST_F(ParityFixture, EveryNonEmptyTextCheckRefusesTheSameBlanks) {
     EXPECT_THROW(validate_handle(ResidencyHandle{blank, "1", "Blob"}), std::invalid_argument);
     EXPECT_THROW(ResidencyValueSpec(blank, 4, 4, ReplicaMode::replicable, Recoverability::reconstructible),
                  std::invalid_argument);
+    // A value's type name becomes its handles' value_type.
+    EXPECT_THROW(ResidentValue(blank, {}), std::invalid_argument);
     EXPECT_THROW(MemoryReservation(PINNED_HOST, 1, blank), std::invalid_argument);
     EXPECT_THROW(manager.execute_actions({}, blank), std::invalid_argument);
     EXPECT_THROW(manager.reserve(PINNED_HOST, 1, blank), std::invalid_argument);

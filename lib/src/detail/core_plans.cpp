@@ -24,20 +24,32 @@ void require_valid_actions(const std::vector<ResidencyAction>& actions) {
   for (const auto& action : actions) validate_handle(action_handle(action));
 }
 
-// Argument checks of a whole plan, before the state lock: a malformed plan is
-// rejected without reaping, registering or bumping anything.
-void require_valid_plan(const ResidencyPlan& plan) {
-  require_plan_name(plan.name);
+void require_valid_handles(const ResidencyPlan& plan) {
   for (const auto* list : {&plan.reclaim, &plan.enter, &plan.exit}) require_valid_actions(*list);
+}
+
+// A plan's reservations. A malformed handle takes precedence over a
+// malformed reservation, so the handles are checked before a reservation's
+// error is raised.
+void require_valid_reservations(const ResidencyPlan& plan) {
   // MemoryReservation's fields are public and may have changed since it was
   // built: rebuilding one re-applies its own rules (one copy of them).
   for (const auto& reservation : plan.reservations) {
     try {
       MemoryReservation(reservation.location, reservation.nbytes, reservation.label);
     } catch (const std::invalid_argument& error) {
+      require_valid_handles(plan);
       throw std::invalid_argument("plan '" + plan.name + "': " + error.what());
     }
   }
+}
+
+// Argument checks of a whole plan, before the state lock: a malformed plan is
+// rejected without reaping, registering or bumping anything.
+void require_valid_plan(const ResidencyPlan& plan) {
+  require_plan_name(plan.name);
+  require_valid_handles(plan);
+  require_valid_reservations(plan);
 }
 
 std::string current_error_text() {
@@ -102,13 +114,24 @@ std::optional<c10::Stream> ManagerCore::stream_for(const ResidencyAction& action
   return found->second;
 }
 
+// Explain changes nothing, so its handles need no check before the dry run: a
+// handle the dry run resolves is one this manager issued, well formed by
+// construction, and one it cannot resolve makes the plan infeasible. Only an
+// infeasible plan can hold a malformed handle, then, and only then are the
+// handles checked, before the explanation is returned (a malformed handle is
+// an argument error, as everywhere). A feasible plan saves a pass over it.
 ResidencyPlanExplanation ManagerCore::explain(const ResidencyPlan& plan, std::optional<std::uint64_t> expected) {
-  require_valid_plan(plan);
+  require_plan_name(plan.name);
+  require_valid_reservations(plan);
   StateAccess access(*this);
-  require_open_locked();
-  require_expected_version_locked(expected);
+  if (closed_ || (expected && *expected != state_version_)) [[unlikely]] {
+    require_valid_handles(plan);  // an argument error comes before the state's
+    require_open_locked();
+    require_expected_version_locked(expected);
+  }
   std::vector<ResidencyActionExplanation> explanations;
   PlanDryRun::Result run = dry_run_.run(whole_plan(plan), plan.reservations, plan.reclaim.size(), &explanations);
+  if (run.failure) require_valid_handles(plan);
   const bool feasible = !run.failure.has_value();
   return ResidencyPlanExplanation(plan.name, std::move(explanations), plan.reservations, std::move(run.peaks), feasible,
                                   std::move(run.failure));
