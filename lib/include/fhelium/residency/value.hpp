@@ -33,8 +33,9 @@ class ResidentValue {
   using Fields = InlineVector<Field, 1>;
 
   ResidentValue() = default;
-  // Throws std::invalid_argument for an empty type name, an empty or duplicate
-  // field/attribute name, or an undefined tensor.
+  // Throws std::invalid_argument for a blank type name (empty or whitespace
+  // only: it becomes the value_type of the value's handles, which may not be
+  // blank), an empty or duplicate field/attribute name, or an undefined tensor.
   ResidentValue(std::string type_name, std::vector<Field> fields, std::vector<Attribute> attributes = {});
 
   const std::string& type_name() const noexcept { return type_name_; }
