@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "detail/blank_text.hpp"
+#include "detail/handle_check.hpp"
 #include "fhelium/residency/value.hpp"
 
 namespace fhelium::residency {
@@ -31,12 +32,7 @@ void validate(Recoverability recoverability, std::string_view what) {
 }
 
 void validate_handle(const ResidencyHandle& handle) {
-  // Every whitespace character is at most ' ': a field whose first byte is
-  // above it is not blank (the common case, decided without a loop).
-  const auto visible_first = [](const std::string& field) {
-    return !field.empty() && static_cast<unsigned char>(field.front()) > ' ';
-  };
-  if (visible_first(handle.manager_id) && visible_first(handle.handle_id) && visible_first(handle.value_type)) return;
+  if (detail::plainly_well_formed(handle)) return;  // the common case, decided without a loop
   const auto require = [](const std::string& field, const char* name) {
     if (detail::is_blank(field)) throw std::invalid_argument(std::string("ResidencyHandle ") + name + " must be non-empty");
   };

@@ -9,6 +9,7 @@
 
 #include "detail/blank_text.hpp"
 #include "detail/check.hpp"
+#include "detail/handle_check.hpp"
 #include "detail/first_seen.hpp"
 #include "detail/manager_core.hpp"
 #include "detail/scope_exit.hpp"
@@ -24,11 +25,11 @@ namespace {
 // `what` for an empty list or a malformed handle.
 HandleList unique_handles(const std::vector<ResidencyHandle>& handles, const char* what) {
   if (handles.size() == 1) {  // the common case: nothing to collapse or own
-    validate_handle(handles.front());
+    require_well_formed(handles.front());
     return {};
   }
   if (handles.empty()) throw std::invalid_argument(std::string(what) + " needs at least one handle");
-  for (const auto& handle : handles) validate_handle(handle);
+  for (const auto& handle : handles) require_well_formed(handle);
   // As in the reference, repeats collapse onto the first occurrence.
   struct Hash {
     std::size_t operator()(const ResidencyHandle* handle) const noexcept { return std::hash<ResidencyHandle>{}(*handle); }

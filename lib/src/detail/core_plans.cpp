@@ -7,6 +7,7 @@
 
 #include "detail/blank_text.hpp"
 #include "detail/check.hpp"
+#include "detail/handle_check.hpp"
 #include "detail/manager_core.hpp"
 #include "fhelium/residency/errors.hpp"
 
@@ -21,7 +22,7 @@ void require_plan_name(const std::string& name) {
 }
 
 void require_valid_actions(const std::vector<ResidencyAction>& actions) {
-  for (const auto& action : actions) validate_handle(action_handle(action));
+  for (const auto& action : actions) require_well_formed(action_handle(action));
 }
 
 void require_valid_handles(const ResidencyPlan& plan) {

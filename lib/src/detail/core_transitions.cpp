@@ -5,6 +5,7 @@
 #include <tuple>
 
 #include "detail/check.hpp"
+#include "detail/handle_check.hpp"
 #include "detail/manager_core.hpp"
 #include "detail/record_assembly.hpp"
 #include "detail/transition_rules.hpp"
@@ -69,7 +70,7 @@ ResidencyTransitionReport ManagerCore::run_action(const std::optional<c10::Strea
   // 16) build it first and move it in.
   ResidencyTransitionReport report(RecordAssembly::key(), std::in_place, Action{fields...});
 #endif
-  validate_handle(action_handle(report.action));
+  require_well_formed(action_handle(report.action));
   StateAccess access(*this);
   require_open_locked();
   run_locked(report, stream);
