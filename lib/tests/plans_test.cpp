@@ -251,8 +251,8 @@ TEST_F(PlanFixture, ExplainReportsBadHandlesAndLocationsAsReasons) {
 }
 
 // A malformed handle is an argument error wherever it stands in the plan: after
-// a refusal (where the dry run stops), beside a malformed reservation, on a
-// closed manager and with a stale expected version.
+// a refusal (where the dry run stops), beside a malformed reservation, with a
+// stale expected version, from inside a source's load and on a closed manager.
 TEST_F(PlanFixture, ExplainRefusesMalformedHandlesBeforeAnyOtherError) {
   const ResidencyHandle blank{a.manager_id, " ", a.value_type};
   const auto handle_error = [&](const ResidencyPlan& plan, std::optional<std::uint64_t> expected) {
@@ -286,6 +286,16 @@ TEST_F(PlanFixture, ExplainRefusesMalformedHandlesBeforeAnyOtherError) {
   EXPECT_FALSE(manager.explain(ResidencyPlan{"p", {EnsureResident{a, cuda_location(9)}, DropResident{b, CUDA0}}})
                    .feasible);
   EXPECT_EQ(manager.state_version(), version);
+  // From inside a source's load, where the manager refuses every call.
+  std::string during_load;
+  const ResidencyHandle lazy = manager.register_source(
+      ResidencyValueSpec("Blob", 64, 64, ReplicaMode::exclusive, Recoverability::reconstructible), [&] {
+        during_load = handle_error(ResidencyPlan{"p", {EnsureResident{a, CUDA0}, DropResident{blank, CUDA0}}}, {});
+        EXPECT_THROW(manager.explain(ResidencyPlan{"p", {EnsureResident{a, CUDA0}}}), ResidencyReentrancyError);
+        return make_value(16);
+      });
+  manager.ensure(lazy, PAGEABLE_HOST);
+  EXPECT_EQ(during_load, expected_text);
   // On a closed manager.
   manager.close();
   EXPECT_EQ(handle_error(ResidencyPlan{"p", {EnsureResident{a, CUDA0}, DropResident{blank, CUDA0}}}, {}),

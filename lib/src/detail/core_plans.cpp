@@ -121,12 +121,14 @@ std::optional<c10::Stream> ManagerCore::stream_for(const ResidencyAction& action
 // infeasible plan can hold a malformed handle, then, and only then are the
 // handles checked, before the explanation is returned (a malformed handle is
 // an argument error, as everywhere). A feasible plan saves a pass over it.
+// The argument error still comes before every refusal of the call itself:
+// reentrancy, a closed manager, a stale expected version.
 ResidencyPlanExplanation ManagerCore::explain(const ResidencyPlan& plan, std::optional<std::uint64_t> expected) {
   require_plan_name(plan.name);
   require_valid_reservations(plan);
-  StateAccess access(*this);
+  StateAccess access(*this, [&] { require_valid_handles(plan); });
   if (closed_ || (expected && *expected != state_version_)) [[unlikely]] {
-    require_valid_handles(plan);  // an argument error comes before the state's
+    require_valid_handles(plan);
     require_open_locked();
     require_expected_version_locked(expected);
   }
