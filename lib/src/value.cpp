@@ -24,8 +24,8 @@ void require_new_name(detail::FirstSeen<std::string_view>& seen, const std::stri
 
 ResidentValue::ResidentValue(std::string type_name, std::vector<Field> fields, std::vector<Attribute> attributes)
     : type_name_(std::move(type_name)), fields_(std::move(fields)), attributes_(std::move(attributes)) {
-  // The type name becomes the value_type of the value's handle, which every
-  // call refuses when blank: a blank name would make the value unreachable.
+  // Blank as every non-empty text check means it: the type name becomes the
+  // value_type of the value's spec and handles, which refuse the same blanks.
   if (detail::is_blank(type_name_)) throw std::invalid_argument("ResidentValue type name must be non-empty");
   detail::FirstSeen<std::string_view> field_names(fields_.size());
   detail::FirstSeen<StorageKey> storages(fields_.size());

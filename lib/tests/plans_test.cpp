@@ -250,6 +250,18 @@ TEST_F(PlanFixture, ExplainReportsBadHandlesAndLocationsAsReasons) {
   EXPECT_THROW(manager.explain(ResidencyPlan{""}), std::invalid_argument);
 }
 
+// Explain checks only the handles it cannot resolve, which is sound only as
+// long as no handle the manager issues is malformed: neither registration nor
+// adoption may leave a value with a blank value_type.
+TEST_F(PlanFixture, NoValueIsRegisteredOrAdoptedWithABlankValueType) {
+  ResidencyValueSpec spec("Blob", 64, 64, ReplicaMode::exclusive, Recoverability::reconstructible);
+  spec.value_type = " \t";  // the fields are public
+  EXPECT_THROW(manager.register_source(spec, [] { return make_value(16); }), std::invalid_argument);
+  EXPECT_THROW(manager.adopt(ResidentValue(), PAGEABLE_HOST), std::invalid_argument);  // no type name at all
+  EXPECT_THROW(ResidentValue("\v", {}), std::invalid_argument);
+  EXPECT_EQ(manager.snapshot().values.size(), 3u);  // a, b and c only
+}
+
 // A malformed handle is an argument error wherever it stands in the plan: after
 // a refusal (where the dry run stops), beside a malformed reservation, with a
 // stale expected version, from inside a source's load and on a closed manager.

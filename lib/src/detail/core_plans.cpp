@@ -116,21 +116,24 @@ std::optional<c10::Stream> ManagerCore::stream_for(const ResidencyAction& action
 }
 
 // Explain changes nothing, so its handles need no check before the dry run: a
-// handle the dry run resolves is one this manager issued, well formed by
-// construction, and one it cannot resolve makes the plan infeasible. Only an
-// infeasible plan can hold a malformed handle, then, and only then are the
-// handles checked, before the explanation is returned (a malformed handle is
-// an argument error, as everywhere). A feasible plan saves a pass over it.
-// The argument error still comes before every refusal of the call itself:
-// reentrancy, a closed manager, a stale expected version.
+// handle the dry run resolves is one this manager issued, and every issued
+// handle is well formed (its value_type is a validated ResidencyValueSpec's,
+// for adopted values too), while one it cannot resolve makes the plan
+// infeasible. Only an infeasible plan can hold a malformed handle, then, and
+// only then are the handles checked, before the explanation is returned (a
+// malformed handle is an argument error, as everywhere). A feasible plan
+// saves a pass over it. The argument error still comes before every refusal
+// of the call itself: reentrancy, a closed manager, a stale expected version.
 ResidencyPlanExplanation ManagerCore::explain(const ResidencyPlan& plan, std::optional<std::uint64_t> expected) {
   require_plan_name(plan.name);
   require_valid_reservations(plan);
   StateAccess access(*this, [&] { require_valid_handles(plan); });
-  if (closed_ || (expected && *expected != state_version_)) [[unlikely]] {
-    require_valid_handles(plan);
+  try {
     require_open_locked();
     require_expected_version_locked(expected);
+  } catch (...) {
+    require_valid_handles(plan);
+    throw;
   }
   std::vector<ResidencyActionExplanation> explanations;
   PlanDryRun::Result run = dry_run_.run(whole_plan(plan), plan.reservations, plan.reclaim.size(), &explanations);
