@@ -39,7 +39,6 @@ void require_valid_reservations(const ResidencyPlan& plan) {
     try {
       MemoryReservation(reservation.location, reservation.nbytes, reservation.label);
     } catch (const std::invalid_argument& error) {
-      require_valid_handles(plan);
       throw std::invalid_argument("plan '" + plan.name + "': " + error.what());
     }
   }
@@ -122,25 +121,27 @@ std::optional<c10::Stream> ManagerCore::stream_for(const ResidencyAction& action
 // infeasible. Only an infeasible plan can hold a malformed handle, then, and
 // only then are the handles checked, before the explanation is returned (a
 // malformed handle is an argument error, as everywhere). A feasible plan
-// saves a pass over it. The argument error still comes before every refusal
-// of the call itself: reentrancy, a closed manager, a stale expected version.
+// saves a pass over it. The argument error still comes before every error
+// the call itself raises after its name check (a malformed reservation,
+// reentrancy, a closed manager, a stale expected version, and any added
+// later): whatever is thrown inside the `try` checks the handles first.
 ResidencyPlanExplanation ManagerCore::explain(const ResidencyPlan& plan, std::optional<std::uint64_t> expected) {
   require_plan_name(plan.name);
-  require_valid_reservations(plan);
-  StateAccess access(*this, [&] { require_valid_handles(plan); });
   try {
+    require_valid_reservations(plan);
+    StateAccess access(*this);
     require_open_locked();
     require_expected_version_locked(expected);
+    std::vector<ResidencyActionExplanation> explanations;
+    PlanDryRun::Result run = dry_run_.run(whole_plan(plan), plan.reservations, plan.reclaim.size(), &explanations);
+    if (run.failure) require_valid_handles(plan);
+    const bool feasible = !run.failure.has_value();
+    return ResidencyPlanExplanation(plan.name, std::move(explanations), plan.reservations, std::move(run.peaks),
+                                    feasible, std::move(run.failure));
   } catch (...) {
     require_valid_handles(plan);
     throw;
   }
-  std::vector<ResidencyActionExplanation> explanations;
-  PlanDryRun::Result run = dry_run_.run(whole_plan(plan), plan.reservations, plan.reclaim.size(), &explanations);
-  if (run.failure) require_valid_handles(plan);
-  const bool feasible = !run.failure.has_value();
-  return ResidencyPlanExplanation(plan.name, std::move(explanations), plan.reservations, std::move(run.peaks), feasible,
-                                  std::move(run.failure));
 }
 
 ResidencyPlanReport ManagerCore::execute_actions(const std::vector<ResidencyAction>& actions, const std::string& name,

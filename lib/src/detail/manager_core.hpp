@@ -147,16 +147,9 @@ class ManagerCore : public std::enable_shared_from_this<ManagerCore> {
   // in, folds in what the lanes counted since the last call.
   class StateAccess {
    public:
-    explicit StateAccess(ManagerCore& core) : StateAccess(core, [] {}) {}
-    // Runs `before_refusal` (which may throw an error that takes precedence)
-    // when the call is refused, before the refusal is thrown.
-    template <class BeforeRefusal>
-    StateAccess(ManagerCore& core, BeforeRefusal&& before_refusal) : core_(core) {
+    explicit StateAccess(ManagerCore& core) : core_(core) {
       const StateGate::Entry entry = core_.gate_.enter();
-      if (entry != StateGate::Entry::entered) [[unlikely]] {
-        before_refusal();
-        refuse(entry);
-      }
+      if (entry != StateGate::Entry::entered) [[unlikely]] refuse(entry);
       core_.fold_lanes_locked();
     }
     ~StateAccess() {
