@@ -159,47 +159,56 @@ void Transitions::load_in(ValueRecord& record, const ResidencyLocation& destinat
   ledger_.check_admission(location, charge);
   ledger_.add_reserved(location, charge);
   ScopeExit release([&] { ledger_.remove_reserved(location, charge); });
-  Loaded loaded = load(record, location);
-  // A load must return fresh storage: one that aliases a managed
-  // materialization would hand another value's bytes to this one, even when
-  // only copied from (the copy itself is fresh). Installed where it was
-  // made, its claim checks that.
-  if (location == destination) {
-    // The loaded value already lives at the destination: one charge serves both.
-    release.dismiss();
-    ledger_.remove_reserved(location, charge);
-    install(record, destination, std::move(loaded.value), allow_exclusive_transition, &loaded.keys);
+  if (location != destination) {
+    // A load must return fresh storage: one that aliases a managed
+    // materialization would hand another value's bytes to this one, even
+    // when only copied from (the copy itself is fresh).
+    const Loaded loaded = load(record, location);
+    values_.check_unaliased(loaded.keys);
+    copy_in(record, loaded.value, destination, stream, allow_exclusive_transition);
     return;
   }
-  values_.check_unaliased(loaded.keys);
-  copy_in(record, loaded.value, destination, stream, allow_exclusive_transition);
+  // The value is loaded where it stays: straight into its new
+  // materialization (not moved there afterwards), which install() then
+  // checks, whose claim refuses aliased storage, and one charge serves both.
+  require_new(record, destination, allow_exclusive_transition);
+  Materialization& item = record.materializations.emplace_back(destination, [&] { return run_source(record); });
+  release.dismiss();
+  ledger_.remove_reserved(location, charge);
+  install(record, item);
 }
 
 void Transitions::install(ValueRecord& record, const ResidencyLocation& location, ResidentValue&& value,
-                          bool allow_exclusive_transition, StorageKeys* checked_keys) {
+                          bool allow_exclusive_transition) {
+  require_new(record, location, allow_exclusive_transition);
+  install(record, record.materializations.emplace_back(location, [&] { return std::move(value); }));
+}
+
+void Transitions::require_new(const ValueRecord& record, const ResidencyLocation& location,
+                              bool allow_exclusive_transition) const {
   FHELIUM_CHECK(record.at(location) == nullptr, "materialization installed twice");
   if (record.spec.replica_mode == ReplicaMode::exclusive && !record.materializations.empty() &&
       !allow_exclusive_transition) {
     throw ResidencyOwnershipError("EXCLUSIVE " + value_name(record) + " cannot have simultaneous replicas");
   }
-  // A freshly loaded value was validated at this very location by load(),
-  // under the same lock: not twice.
-  StorageKeys computed;
-  if (checked_keys == nullptr) {
-    validate(record.spec, value, location);
-    computed = runtime_.storage_keys(value);
-    checked_keys = &computed;
-  }
+}
+
+void Transitions::install(ValueRecord& record, Materialization& item) {
+  // Until every check has passed, a refusal takes the materialization out
+  // again (the last one: nothing was added after it).
+  ScopeExit withdraw([&] { record.materializations.pop_back(); });
+  validate(record.spec, item.value, item.location);
+  item.storage_keys = runtime_.storage_keys(item.value);
   // Claimed first, so that storage already under management is refused
   // before the budget is consulted; released again if the budget refuses.
-  values_.claim(*checked_keys, record, location);
-  ScopeExit unclaim([&] { values_.unclaim(*checked_keys); });
-  ledger_.check_admission(location, record.spec.storage_nbytes);
-  register_location(location);
-  const std::int64_t storage = value.storage_nbytes();
-  record.materializations.emplace_back(location, std::move(value), storage, std::move(*checked_keys));
+  values_.claim(item.storage_keys, record, item.location);
+  ScopeExit unclaim([&] { values_.unclaim(item.storage_keys); });
+  ledger_.check_admission(item.location, record.spec.storage_nbytes);
+  register_location(item.location);
+  item.storage_nbytes = item.value.storage_nbytes();
   unclaim.dismiss();
-  ledger_.add_used(location, record.spec.storage_nbytes);
+  withdraw.dismiss();
+  ledger_.add_used(item.location, record.spec.storage_nbytes);
   bump();
 }
 
@@ -225,13 +234,14 @@ void Transitions::require_removable(const ValueRecord& record, const Materializa
                             ", pending_events=" + std::to_string(item.pending_count));
 }
 
+ResidentValue Transitions::run_source(ValueRecord& record) {
+  gate_.set_loading(true);
+  ScopeExit done([&] { gate_.set_loading(false); });
+  return record.source->load();
+}
+
 Transitions::Loaded Transitions::load(ValueRecord& record, const ResidencyLocation& location) {
-  const auto run_source = [&] {
-    gate_.set_loading(true);
-    ScopeExit done([&] { gate_.set_loading(false); });
-    return record.source->load();
-  };
-  Loaded loaded{run_source(), {}};
+  Loaded loaded{run_source(record), {}};
   validate(record.spec, loaded.value, location);
   loaded.keys = runtime_.storage_keys(loaded.value);
   return loaded;

@@ -52,12 +52,11 @@ class Transitions {
   // Installs `value` as `record`'s materialization at `location`. An
   // EXCLUSIVE value may gain a second one only when
   // `allow_exclusive_transition` (a move, which removes the first next).
-  // `checked_keys`: the value's storage keys when it was already validated at
-  // `location` (a load installed where it was made); they are moved from.
-  // Storage already under management is refused (ResidencyOwnershipError)
-  // before the budget is consulted.
+  // The value is validated at `location`; storage already under management
+  // is refused (ResidencyOwnershipError) before the budget is consulted. On
+  // a refusal nothing is installed (`value` is then consumed).
   void install(ValueRecord& record, const ResidencyLocation& location, ResidentValue&& value,
-               bool allow_exclusive_transition, StorageKeys* checked_keys = nullptr);
+               bool allow_exclusive_transition);
   // Removes `record`'s materialization at `location`, which exists and is
   // not protected.
   void remove(ValueRecord& record, const ResidencyLocation& location);
@@ -68,7 +67,8 @@ class Transitions {
   // Throws ResidencyInUseError naming the protection counts when `item` is protected.
   static void require_removable(const ValueRecord& record, const Materialization& item);
 
-  // A freshly loaded value, validated where it was made, and its storage keys.
+  // A value loaded to be copied elsewhere, validated where it was made (the
+  // source location), and its storage keys.
   struct Loaded {
     ResidentValue value;
     StorageKeys keys;
@@ -87,8 +87,19 @@ class Transitions {
   // `destination` (directly when that is the source location).
   void load_in(ValueRecord& record, const ResidencyLocation& destination, const std::optional<c10::Stream>& stream,
                bool allow_exclusive_transition);
-  // Runs the source with the gate's loading flag set, then validates what it
-  // returned at `location`.
+  // Throws what installing a materialization of `record` at `location`
+  // must refuse before its value is made: an EXCLUSIVE value's second one
+  // (unless `allow_exclusive_transition`). One already there is a bug.
+  void require_new(const ValueRecord& record, const ResidencyLocation& location,
+                   bool allow_exclusive_transition) const;
+  // Completes `item`, just added as the last of `record`'s materializations
+  // with its value: validates the value at its location, claims its storage
+  // and charges it there, or, on a refusal, removes it again, leaving the
+  // value table and the ledger as they were.
+  void install(ValueRecord& record, Materialization& item);
+  // Runs the source with the gate's loading flag set.
+  ResidentValue run_source(ValueRecord& record);
+  // run_source(), then validates what it returned at `location`.
   Loaded load(ValueRecord& record, const ResidencyLocation& location);
   void validate(const ResidencyValueSpec& spec, const ResidentValue& value, const ResidencyLocation& location) const;
   void bump() { ++version_; }

@@ -7,6 +7,7 @@
 // of chasing one heap block per record and another per materialization.
 #pragma once
 
+#include <concepts>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -41,6 +42,12 @@ struct Materialization {
 
   Materialization(ResidencyLocation location, ResidentValue&& value, std::int64_t storage_nbytes, StorageKeys&& keys)
       : location(location), storage_nbytes(storage_nbytes), value(std::move(value)), storage_keys(std::move(keys)) {}
+  // One whose value `make()` returns, built in place: a source's load writes
+  // its value straight into the record. Its storage bytes and keys are set
+  // once the value has been checked (Transitions::install).
+  template <std::invocable Make>
+  Materialization(ResidencyLocation location, Make&& make)
+      : location(location), value(std::forward<Make>(make)()) {}
 
   bool is_protected() const { return use_count > 0 || hold_count > 0 || pending_count > 0; }
 };
