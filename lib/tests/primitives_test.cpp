@@ -214,6 +214,47 @@ TEST(RegisterSource, BadMaterializationsAndLoadFailuresReleaseTheTemporaryCharge
   for (const auto& value : snapshot.values) EXPECT_TRUE(value.materializations.empty());
 }
 
+// Loaded at its source location, a value is made in the materialization it
+// will become and checked there: a refused one must leave no materialization,
+// charge or storage claim behind.
+TEST(RegisterSource, RefusedLoadsAtTheSourceLocationLeaveNothingInstalled) {
+  auto fixture = make_fixture();
+  ResidencyManager& manager = *fixture.manager;
+  const ResidentValue short_value = make_value(63);
+  const ResidentValue other_type = make_value(64, 1, "Key");
+  const ResidencyHandle wrong_size = manager.register_source(blob_spec(64), [short_value] { return short_value; });
+  const ResidencyHandle wrong_type = manager.register_source(blob_spec(64), [other_type] { return other_type; });
+  const ResidencyHandle wrong_place =
+      manager.register_source(blob_spec(64), [&fixture] { return fixture.runtime->copy_to(make_value(64), CUDA0, std::nullopt); });
+  const ResidencyHandle failing =
+      manager.register_source(blob_spec(64), []() -> ResidentValue { throw SourceFailure("disk gone"); });
+  const std::uint64_t version = manager.state_version();
+  EXPECT_THROW(manager.ensure(wrong_size, PAGEABLE_HOST), ResidencyMaterializationError);
+  EXPECT_THROW(manager.ensure(wrong_type, PAGEABLE_HOST), ResidencyMaterializationError);
+  EXPECT_THROW(manager.ensure(wrong_place, PAGEABLE_HOST), ResidencyMaterializationError);
+  EXPECT_THROW(manager.ensure(failing, PAGEABLE_HOST), SourceFailure);
+  EXPECT_EQ(manager.state_version(), version);
+  const ResidencySnapshot snapshot = manager.snapshot();
+  EXPECT_EQ(snapshot.location(PAGEABLE_HOST)->used_bytes, 0);
+  EXPECT_EQ(snapshot.location(PAGEABLE_HOST)->reserved_bytes, 0);
+  EXPECT_EQ(snapshot.location(PAGEABLE_HOST)->peak_charged_bytes, 256);
+  for (const auto& value : snapshot.values) EXPECT_TRUE(value.materializations.empty());
+  // Their storage was never claimed: the values the sources returned can be adopted.
+  EXPECT_NO_THROW(manager.adopt(short_value));
+  EXPECT_NO_THROW(manager.adopt(other_type));
+
+  // A good load there is installed once, charged once, with the value it returned.
+  const ResidencyHandle good = manager.register_source(blob_spec(64), [] { return make_value(64, 3.0f); });
+  const ResidencyTransitionReport report = manager.ensure(good, PAGEABLE_HOST);
+  EXPECT_EQ(report.source, PAGEABLE_HOST);
+  EXPECT_EQ(report.destination, PAGEABLE_HOST);
+  EXPECT_EQ(location_state(manager, PAGEABLE_HOST).reserved_bytes, 0);
+  EXPECT_EQ(location_state(manager, PAGEABLE_HOST).used_bytes, 252 + 256 + 256);
+  EXPECT_EQ(resident_at(manager, good), std::vector<ResidencyLocation>{PAGEABLE_HOST});
+  auto lease = manager.acquire({good}, PAGEABLE_HOST);
+  EXPECT_TRUE(same_contents(lease.value(good), make_value(64, 3.0f)));
+}
+
 TEST(Ensure, ReplicatesReplicableAndRefusesExclusive) {
   auto fixture = make_fixture();
   ResidencyManager& manager = *fixture.manager;
