@@ -168,9 +168,11 @@ void Transitions::load_in(ValueRecord& record, const ResidencyLocation& destinat
     copy_in(record, loaded.value, destination, stream, allow_exclusive_transition);
     return;
   }
-  // The value is loaded where it stays: straight into its new
-  // materialization (not moved there afterwards), which install() then
-  // checks, whose claim refuses aliased storage, and one charge serves both.
+  // The value is loaded where it stays, straight into its new
+  // materialization (not moved there afterwards), and install() checks it
+  // there: its storage claim refuses a load that aliases managed storage.
+  // One charge serves the load and the materialization: the reservation is
+  // returned before install() charges the value as used.
   require_new(record, destination, allow_exclusive_transition);
   Materialization& item = record.materializations.emplace_back(destination, [&] { return run_source(record); });
   release.dismiss();
