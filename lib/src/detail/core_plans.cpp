@@ -30,8 +30,8 @@ void require_valid_handles(const ResidencyPlan& plan) {
 }
 
 // A plan's reservations. A malformed handle takes precedence over a
-// malformed reservation, so the handles are checked before a reservation's
-// error is raised.
+// malformed reservation: callers check the handles first (require_valid_plan)
+// or when this throws (explain).
 void require_valid_reservations(const ResidencyPlan& plan) {
   // MemoryReservation's fields are public and may have changed since it was
   // built: rebuilding one re-applies its own rules (one copy of them).
@@ -127,21 +127,22 @@ std::optional<c10::Stream> ManagerCore::stream_for(const ResidencyAction& action
 // later): whatever is thrown inside the `try` checks the handles first.
 ResidencyPlanExplanation ManagerCore::explain(const ResidencyPlan& plan, std::optional<std::uint64_t> expected) {
   require_plan_name(plan.name);
+  std::vector<ResidencyActionExplanation> explanations;
+  PlanDryRun::Result run;
   try {
     require_valid_reservations(plan);
     StateAccess access(*this);
     require_open_locked();
     require_expected_version_locked(expected);
-    std::vector<ResidencyActionExplanation> explanations;
-    PlanDryRun::Result run = dry_run_.run(whole_plan(plan), plan.reservations, plan.reclaim.size(), &explanations);
-    if (run.failure) require_valid_handles(plan);
-    const bool feasible = !run.failure.has_value();
-    return ResidencyPlanExplanation(plan.name, std::move(explanations), plan.reservations, std::move(run.peaks),
-                                    feasible, std::move(run.failure));
+    run = dry_run_.run(whole_plan(plan), plan.reservations, plan.reclaim.size(), &explanations);
   } catch (...) {
     require_valid_handles(plan);
     throw;
   }
+  if (run.failure) require_valid_handles(plan);
+  const bool feasible = !run.failure.has_value();
+  return ResidencyPlanExplanation(plan.name, std::move(explanations), plan.reservations, std::move(run.peaks), feasible,
+                                  std::move(run.failure));
 }
 
 ResidencyPlanReport ManagerCore::execute_actions(const std::vector<ResidencyAction>& actions, const std::string& name,
