@@ -21,6 +21,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -241,6 +242,49 @@ TEST(LocationLedger, AdmitChargeAdmitsWhatCheckAdmissionLetsThroughAndChargesAsA
       }
     }
   }
+}
+
+// use_reserved() turns a held reservation into used bytes as returning it
+// and charging it again would (one admitted charge, the same peaks), at a
+// budget filled to the byte, where a second admission of the charge would
+// have been refused while the reservation was held.
+TEST(LocationLedger, UseReservedTurnsAReservationIntoTheUsedChargeItAdmitted) {
+  LocationLedger ledger;
+  ledger.add_budget(CUDA0, 100);
+  ledger.add_used(CUDA0, 30);
+  ledger.remove_used(CUDA0, 10);  // peak used 30, charge 20
+  ledger.add_reserved(CUDA0, 50);
+  ledger.add_reserved(CUDA0, 30);  // the budget is full: 20 used + 80 reserved
+  EXPECT_THROW(ledger.check_admission(CUDA0, 30), ResidencyBudgetError);
+  ledger.use_reserved(CUDA0, 30);
+  const LocationAccount& account = *ledger.find(CUDA0);
+  EXPECT_EQ(account.used_bytes, 50);
+  EXPECT_EQ(account.reserved_bytes, 50);
+  EXPECT_EQ(account.remaining_bytes(), 0);
+  EXPECT_EQ(account.peak_used_bytes, 50);
+  EXPECT_EQ(account.peak_charged_bytes, 100);
+  ledger.use_reserved(CUDA0, 0);  // nothing to turn: nothing changes
+  EXPECT_EQ(account.used_bytes, 50);
+  EXPECT_EQ(account.peak_used_bytes, 50);
+  // The same as returning the reservation and charging it as used.
+  LocationLedger twice;
+  twice.add_budget(CUDA0, 100);
+  twice.add_used(CUDA0, 30);
+  twice.remove_used(CUDA0, 10);
+  twice.add_reserved(CUDA0, 80);
+  twice.remove_reserved(CUDA0, 30);
+  twice.check_admission(CUDA0, 30);
+  twice.add_used(CUDA0, 30);
+  const LocationAccount& other = *twice.find(CUDA0);
+  EXPECT_EQ(std::tie(other.used_bytes, other.reserved_bytes, other.peak_used_bytes, other.peak_charged_bytes),
+            std::tie(account.used_bytes, account.reserved_bytes, account.peak_used_bytes, account.peak_charged_bytes));
+}
+
+TEST(LocationLedgerDeathTest, UseReservedBeyondTheReservationIsABug) {
+  LocationLedger ledger;
+  ledger.register_location(PAGEABLE_HOST);
+  ledger.add_reserved(PAGEABLE_HOST, 10);
+  EXPECT_DEATH(ledger.use_reserved(PAGEABLE_HOST, 11), "reservation not held");
 }
 
 // ---- the state gate -----------------------------------------------------------

@@ -84,6 +84,16 @@ class LocationLedger {
   void remove_reserved(const ResidencyLocation& location, std::int64_t bytes) {
     remove<&LocationAccount::reserved_bytes>(location, bytes, "reserved bytes released twice");
   }
+  // Turns `bytes` reserved at `location` into used bytes there, in one step:
+  // the charge stays admitted (used + reserved does not change), and the
+  // used peak may rise.
+  void use_reserved(const ResidencyLocation& location, std::int64_t bytes) {
+    LocationAccount& state = account(location);
+    FHELIUM_CHECK(bytes >= 0 && state.reserved_bytes >= bytes, "used bytes taken from a reservation not held");
+    state.reserved_bytes -= bytes;
+    state.used_bytes += bytes;
+    state.peak_used_bytes = std::max(state.peak_used_bytes, state.used_bytes);
+  }
 
   // Zeroes used and reserved charges (manager close); peaks stay.
   void clear_charges();

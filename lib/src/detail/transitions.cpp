@@ -171,13 +171,12 @@ void Transitions::load_in(ValueRecord& record, const ResidencyLocation& destinat
   // The value is loaded where it stays, straight into its new
   // materialization (not moved there afterwards), and install() checks it
   // there: its storage claim refuses a load that aliases managed storage.
-  // One charge serves the load and the materialization: the reservation is
-  // returned before install() charges the value as used.
+  // One charge serves the load and the materialization: install() turns the
+  // reservation into the used charge, and a refusal returns it.
   require_new(record, destination, allow_exclusive_transition);
   Materialization& item = record.materializations.emplace_back(destination, [&] { return run_source(record); });
+  install<true>(record, item);
   release.dismiss();
-  ledger_.remove_reserved(location, charge);
-  install(record, item);
 }
 
 void Transitions::install(ValueRecord& record, const ResidencyLocation& location, ResidentValue&& value,
@@ -195,22 +194,29 @@ void Transitions::require_new(const ValueRecord& record, const ResidencyLocation
   }
 }
 
+template <bool reserved>
 void Transitions::install(ValueRecord& record, Materialization& item) {
   // Until every check has passed, a refusal takes the materialization out
   // again (the last one: nothing was added after it).
   ScopeExit withdraw([&] { record.materializations.pop_back(); });
   validate(record.spec, item.value, item.location);
   item.storage_keys = runtime_.storage_keys(item.value);
+  item.storage_nbytes = item.value.storage_nbytes();
   // Claimed first, so that storage already under management is refused
   // before the budget is consulted; released again if the budget refuses.
   values_.claim(item.storage_keys, record, item.location);
-  ScopeExit unclaim([&] { values_.unclaim(item.storage_keys); });
-  ledger_.check_admission(item.location, record.spec.storage_nbytes);
-  register_location(item.location);
-  item.storage_nbytes = item.value.storage_nbytes();
-  unclaim.dismiss();
-  withdraw.dismiss();
-  ledger_.add_used(item.location, record.spec.storage_nbytes);
+  if constexpr (reserved) {
+    // Nothing can refuse it from here: the reservation admitted the charge.
+    withdraw.dismiss();
+    ledger_.use_reserved(item.location, record.spec.storage_nbytes);
+  } else {
+    ScopeExit unclaim([&] { values_.unclaim(item.storage_keys); });
+    ledger_.check_admission(item.location, record.spec.storage_nbytes);
+    register_location(item.location);
+    unclaim.dismiss();
+    withdraw.dismiss();
+    ledger_.add_used(item.location, record.spec.storage_nbytes);
+  }
   bump();
 }
 

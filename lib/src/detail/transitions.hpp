@@ -95,7 +95,12 @@ class Transitions {
   // Completes `item`, just added as the last of `record`'s materializations
   // with its value: validates the value at its location, claims its storage
   // and charges it there, or, on a refusal, removes it again, leaving the
-  // value table and the ledger as they were.
+  // value table and the ledger as they were. With `reserved`, the charge is
+  // already held as reserved bytes at the item's location (a load where it
+  // stays, its location registered): that reservation becomes the used
+  // charge, with no second admission; on a refusal it is left reserved for
+  // its holder to return.
+  template <bool reserved = false>
   void install(ValueRecord& record, Materialization& item);
   // Runs the source with the gate's loading flag set.
   ResidentValue run_source(ValueRecord& record);
