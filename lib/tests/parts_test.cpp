@@ -1182,6 +1182,44 @@ TEST(LifetimeTable, GrantsAndReleasesCountsInPairsWithOneTokenSequence) {
   EXPECT_GT(table.add_reservation(PAGEABLE_HOST, 1, "x"), later);
 }
 
+// A lane lease is counted in its use count by the first fold after it was
+// granted; ended in its lane after that, its count is undone by the next
+// fold, not at once (only the gate's holder writes use counts). Up to
+// ended_capacity such ends between two folds; the next one is refused, for
+// the gate to release, and changes nothing.
+TEST(LifetimeTable, ACountedLaneLeaseEndsInItsLaneAndTheNextFoldUncountsIt) {
+  LifetimeFixture fixture;
+  LifetimeTable& table = fixture.table;
+  const unsigned lane = 3;
+  const std::uint32_t used = 1u << lane;
+  const std::uint64_t early = table.grant_lane_lease(lane, *fixture.first, PAGEABLE_HOST);
+  EXPECT_TRUE(table.end_lane_lease(lane, early));  // never counted
+  LifetimeTable::LaneCounts counts = table.fold_lanes(used);
+  EXPECT_EQ(counts.versions, 2u);
+  EXPECT_EQ(counts.pins, 0);
+  EXPECT_EQ(fixture.counts(fixture.first, PAGEABLE_HOST), (std::vector<std::int64_t>{0, 0, 0}));
+  std::vector<std::uint64_t> tokens;
+  for (std::size_t i = 0; i < 9; ++i) tokens.push_back(table.grant_lane_lease(lane, *fixture.first, PAGEABLE_HOST));
+  table.fold_lanes(used);
+  EXPECT_EQ(fixture.counts(fixture.first, PAGEABLE_HOST), (std::vector<std::int64_t>{9, 0, 0}));
+  for (std::size_t i = 0; i < 8; ++i) EXPECT_TRUE(table.end_lane_lease(lane, tokens[i])) << i;
+  EXPECT_FALSE(table.end_lane_lease(lane, tokens[8]));  // the lane has noted as many as it holds
+  EXPECT_FALSE(table.end_lane_lease(lane, tokens[0]));  // ended already
+  EXPECT_EQ(fixture.counts(fixture.first, PAGEABLE_HOST), (std::vector<std::int64_t>{9, 0, 0}));
+  EXPECT_EQ(table.active_lease_count(), 1u);
+  counts = table.fold_lanes(used);
+  EXPECT_EQ(counts.versions, 8u);
+  EXPECT_EQ(counts.pins, -8);
+  EXPECT_EQ(fixture.counts(fixture.first, PAGEABLE_HOST), (std::vector<std::int64_t>{1, 0, 0}));
+  // The refused one, ended under the gate as the manager does.
+  table.end_reads(tokens[8], *table.active_lease(tokens[8]));
+  EXPECT_EQ(fixture.counts(fixture.first, PAGEABLE_HOST), (std::vector<std::int64_t>{0, 0, 0}));
+  EXPECT_TRUE(table.empty());
+  // A fold of a lane that ended nothing since changes no count.
+  table.fold_lanes(used);
+  EXPECT_EQ(fixture.counts(fixture.first, PAGEABLE_HOST), (std::vector<std::int64_t>{0, 0, 0}));
+}
+
 TEST(LifetimeTable, APendingLeaseProtectsUntilItsEventsCompleteAndIsReapedOnce) {
   LifetimeFixture fixture;
   LifetimeTable& table = fixture.table;

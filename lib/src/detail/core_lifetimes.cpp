@@ -86,12 +86,12 @@ bool ManagerCore::release_in_lane(LifetimeToken& lifetime) noexcept {
   const unsigned lane = LifetimeTable::lane_of(lifetime.token());
   if (lane == StateGate::lane_count || !gate_.enter_lane(lane)) return false;
   ScopeExit leave([&] { gate_.leave_lane(lane); });
-  // A lease the gate has counted since it was granted is released under the
-  // gate (end_lane_lease refuses it). That includes every lease alive when
-  // the manager was disowned, since disowning entered the gate: so the
+  // Once the manager is disowned, every lease is released under the gate
+  // (the pins are written under the gate only, so stable here), so the
   // release that drops a disowned core's last pin is always the gate's,
-  // which lets the core go.
-  if (!lifetimes_.end_lane_lease(lane, lifetime.token())) return false;
+  // which lets the core go. Otherwise the lane ends the lease, and a count a
+  // fold made of it is undone at the next fold.
+  if (pins_.orphaned() || !lifetimes_.end_lane_lease(lane, lifetime.token())) return false;
   lifetime.deactivate();  // its pin went with the lease (folded at the next entry)
   return true;
 }

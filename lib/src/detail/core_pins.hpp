@@ -37,6 +37,8 @@ class CorePins {
   // Whether the owner holds itself: it was pinned at least once and has not
   // let go since.
   bool holds_itself() const noexcept { return static_cast<bool>(self_); }
+  // Whether the owner was orphaned (its manager is gone).
+  bool orphaned() const noexcept { return orphaned_; }
 
   // Drops one pin. Returns the owner's hold on itself when that was the last
   // pin of an orphaned owner (empty otherwise).

@@ -50,12 +50,14 @@ std::uint64_t LifetimeTable::grant_lane_lease(unsigned lane, ValueRecord& record
 
 bool LifetimeTable::end_lane_lease(unsigned lane, std::uint64_t token) {
   Lane& own = lanes_[lane];
-  if (token <= own.counted_through) return false;  // its use is counted: the gate undoes that
+  const bool counted = token <= own.counted_through;
+  if (counted && own.ended_count == ended_capacity) return false;  // the gate undoes its count
   const auto found = own.leases.find(token);
   if (found == own.leases.end()) return false;
   const LeaseRecord& lease = found->second;
   FHELIUM_CHECK(lease.state == LeaseState::active && lease.records.size() == 1 && lease.streams.empty(),
                 "a lane lease that is not an active lease of one value");
+  if (counted) own.ended[own.ended_count++] = {lease.records.front(), lease.location};
   own.leases.erase(found);
   own.versions += 1;
   own.pins -= 1;
@@ -71,6 +73,13 @@ LifetimeTable::LaneCounts LifetimeTable::fold_lanes(std::uint32_t used) noexcept
       covered(lease.records.front(), lease.location).use_count += 1;
     });
     own.counted_through = own.leases.last_token();
+    for (std::size_t index = 0; index < own.ended_count; ++index) {
+      const auto& [record, location] = own.ended[index];
+      Materialization& item = covered(record, location);
+      FHELIUM_CHECK(item.use_count > 0, "a lane uncounted a use that was not counted");
+      item.use_count -= 1;
+    }
+    own.ended_count = 0;
     counts.versions += std::exchange(own.versions, 0);
     counts.pins += std::exchange(own.pins, 0);
   }
@@ -229,7 +238,10 @@ std::size_t LifetimeTable::lease_count() const {
 void LifetimeTable::clear() {
   pending_leases_ = 0;
   leases_.clear();
-  for (Lane& lane : lanes_) lane.leases.clear();  // their counts were folded when the gate was entered
+  for (Lane& lane : lanes_) {
+    lane.leases.clear();  // their counts were folded when the gate was entered
+    lane.ended_count = 0;
+  }
   holds_.clear();
   reservations_.clear();
 }

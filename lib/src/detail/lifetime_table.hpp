@@ -19,7 +19,13 @@
 // counts of the lane's leases granted since the last fold, and the state
 // versions and lifetime pins its calls counted. A lease taken and released
 // between two entries never touches a use count; one released after a fold
-// counted it is released under the gate, which undoes the count. A lane
+// counted it is noted in its lane (up to ended_capacity of them between two
+// folds), and the next fold undoes the count, before the holder reads any.
+// Releasing those under the gate instead made one thread's entry turn every
+// other thread's lease into a locked release: with more threads than cores,
+// each of those entries waited for a preempted lane holder and counted the
+// next leases, and host leases on disjoint values fell to a third of one
+// thread's throughput. A lane
 // lease is an active host lease without streams: it never goes pending, so
 // reaping and pending protection never look at the lanes. Everything else
 // (lookup by token, release under the gate, counts, clear) covers them.
@@ -54,10 +60,12 @@ class LifetimeTable {
   // location `at`, which must exist, and counts a state version and a pin
   // for it. Its use count is counted at the next fold.
   std::uint64_t grant_lane_lease(unsigned lane, ValueRecord& record, const ResidencyLocation& at);
-  // In lane `lane`: ends lane lease `token` of that lane, not yet counted in
-  // its materialization's use count, and counts a state version and a
-  // dropped pin; false, changing nothing, when it is not there (cleared by a
-  // close) or has been counted (then it is released under the gate).
+  // In lane `lane`: ends lane lease `token` of that lane, and counts a state
+  // version and a dropped pin; a lease already counted in its
+  // materialization's use count is noted for the next fold to undo. False,
+  // changing nothing, when it is not there (cleared by a close), or when it
+  // was counted and the lane has noted ended_capacity such leases since the
+  // last fold (then it is released under the gate).
   bool end_lane_lease(unsigned lane, std::uint64_t token);
   // In lane `lane`: its lease `token`, or nullptr.
   const LeaseRecord* lane_lease(unsigned lane, std::uint64_t token) const { return lanes_[lane].leases.get(token); }
@@ -67,8 +75,9 @@ class LifetimeTable {
     return tag == 0 ? lane_count : tag - 1;
   }
   // Under the gate: counts the use of every lease the lanes in `used` (a bit
-  // per lane) granted since they were last folded, and returns the state
-  // versions and pins they counted meanwhile; those restart from zero.
+  // per lane) granted since they were last folded, undoes the count of every
+  // counted lease they ended meanwhile, and returns the state versions and
+  // pins they counted meanwhile; those restart from zero.
   struct LaneCounts {
     std::uint64_t versions = 0;
     std::int64_t pins = 0;
@@ -136,12 +145,18 @@ class LifetimeTable {
   static constexpr std::uint64_t tag_mask = (std::uint64_t{1} << tag_bits) - 1;
   static_assert(lane_count < tag_mask);
 
+  static constexpr std::size_t ended_capacity = 8;
   struct alignas(64) Lane {
     TokenTable<LeaseRecord> leases;
     // Leases with tokens up to this one are counted in their use counts.
     std::uint64_t counted_through = 0;
     std::uint64_t versions = 0;  // since the last fold
     std::int64_t pins = 0;       // taken minus dropped, since the last fold
+    // Counted leases ended since the last fold, whose use the fold uncounts:
+    // the value and location of each (the records stay put until then: only
+    // the gate's holder removes materializations, after folding).
+    std::array<std::pair<ValueRecord*, ResidencyLocation>, ended_capacity> ended{};
+    std::size_t ended_count = 0;
   };
 
   std::size_t reap_pending(DeviceRuntime& runtime);
