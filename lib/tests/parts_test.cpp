@@ -46,6 +46,16 @@
 namespace fhelium::residency::detail {
 namespace {
 
+// Adds a materialization of `record` at `location` holding `value` and
+// charged `storage_nbytes`, built as the manager builds one (without
+// storage keys, which these tests do not use).
+Materialization& add_item(ValueRecord& record, const ResidencyLocation& location, ResidentValue value,
+                          std::int64_t storage_nbytes) {
+  Materialization& item = record.materializations.emplace_back(location, [&] { return std::move(value); });
+  item.storage_nbytes = storage_nbytes;
+  return item;
+}
+
 const ResidencyLocation CUDA0 = cuda_location(0);
 const ResidencyLocation CUDA1 = cuda_location(1);
 
@@ -1116,7 +1126,7 @@ TEST(ValueTable, AValueRecordKeepsSeveralMaterializationsInInsertionOrder) {
     return ResidentValue("Blob", {{"data", at::arange(start, start + 1, at::TensorOptions().dtype(at::kLong))}});
   };
   for (const auto& [location, start] : {std::pair{CUDA1, 1}, std::pair{PINNED_HOST, 2}, std::pair{CUDA0, 3}}) {
-    record.materializations.push_back(Materialization{location, value(start), 8, {}});
+    add_item(record, location, value(start), 8);
   }
   ASSERT_NE(record.at(PINNED_HOST), nullptr);
   EXPECT_EQ(record.at(PINNED_HOST)->value.field("data").item<std::int64_t>(), 2);
@@ -1138,8 +1148,8 @@ struct LifetimeFixture {
     first = &values.add(blob_spec(), nullptr, std::nullopt);
     second = &values.add(blob_spec(), nullptr, std::nullopt);
     const auto value = [] { return ResidentValue("Blob", {{"data", at::arange(1, at::TensorOptions().dtype(at::kLong))}}); };
-    for (ValueRecord* record : {first, second}) record->materializations.push_back(Materialization{CUDA0, value(), 8, {}});
-    first->materializations.push_back(Materialization{PAGEABLE_HOST, value(), 8, {}});
+    for (ValueRecord* record : {first, second}) add_item(*record, CUDA0, value(), 8);
+    add_item(*first, PAGEABLE_HOST, value(), 8);
   }
   CoveredRecords both() const {
     CoveredRecords records;
@@ -1442,8 +1452,8 @@ struct AssemblyFixture {
     const auto tensor = [] { return ResidentValue("Blob", {{"data", at::arange(4, at::TensorOptions().dtype(at::kLong))}}); };
     ValueRecord& first = values.add(ResidencyValueSpec("Blob", 32, 48, ReplicaMode::replicable,
                                                        Recoverability::must_preserve), nullptr, std::nullopt);
-    first.materializations.push_back(Materialization{PAGEABLE_HOST, tensor(), 32, {}});
-    first.materializations.push_back(Materialization{CUDA0, tensor(), 40, {}});
+    add_item(first, PAGEABLE_HOST, tensor(), 32);
+    add_item(first, CUDA0, tensor(), 40);
     first.materializations.front().hold_count = 1;
     first.materializations.back().use_count = 2;
     first.materializations.back().pending_count = 1;

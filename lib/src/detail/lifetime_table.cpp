@@ -50,14 +50,15 @@ std::uint64_t LifetimeTable::grant_lane_lease(unsigned lane, ValueRecord& record
 
 bool LifetimeTable::end_lane_lease(unsigned lane, std::uint64_t token) {
   Lane& own = lanes_[lane];
-  const bool counted = token <= own.counted_through;
-  if (counted && own.ended_count == ended_capacity) return false;  // the gate undoes its count
   const auto found = own.leases.find(token);
   if (found == own.leases.end()) return false;
   const LeaseRecord& lease = found->second;
   FHELIUM_CHECK(lease.state == LeaseState::active && lease.records.size() == 1 && lease.streams.empty(),
                 "a lane lease that is not an active lease of one value");
-  if (counted) own.ended[own.ended_count++] = {lease.records.front(), lease.location};
+  if (token <= own.counted_through) [[unlikely]] {
+    if (own.ended_count == ended_capacity) return false;  // the gate undoes its count
+    own.ended[own.ended_count++] = {lease.records.front(), lease.location};
+  }
   own.leases.erase(found);
   own.versions += 1;
   own.pins -= 1;

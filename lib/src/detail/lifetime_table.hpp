@@ -21,11 +21,10 @@
 // between two entries never touches a use count; one released after a fold
 // counted it is noted in its lane (up to ended_capacity of them between two
 // folds), and the next fold undoes the count, before the holder reads any.
-// Releasing those under the gate instead made one thread's entry turn every
-// other thread's lease into a locked release: with more threads than cores,
-// each of those entries waited for a preempted lane holder and counted the
-// next leases, and host leases on disjoint values fell to a third of one
-// thread's throughput. A lane
+// Released under the gate, each would count every other thread's lease alive
+// then, whose release would take the gate in turn, each entry waiting for
+// lane holders that may be preempted: with more threads than cores, host
+// leases of disjoint values then ran at under half of one thread's rate. A lane
 // lease is an active host lease without streams: it never goes pending, so
 // reaping and pending protection never look at the lanes. Everything else
 // (lookup by token, release under the gate, counts, clear) covers them.

@@ -40,8 +40,6 @@ struct Materialization {
   // of the record's own.
   StorageKeys storage_keys;
 
-  Materialization(ResidencyLocation location, ResidentValue&& value, std::int64_t storage_nbytes, StorageKeys&& keys)
-      : location(location), storage_nbytes(storage_nbytes), value(std::move(value)), storage_keys(std::move(keys)) {}
   // One whose value `make()` returns, built in place: a source's load writes
   // its value straight into the record. Its storage bytes and keys are set
   // once the value has been checked (Transitions::install).
