@@ -8,6 +8,9 @@ import sys
 
 
 def main() -> int:
+    if len(sys.argv) != 2 or not (pathlib.Path(sys.argv[1]) / "docs" / "guarantees.md").is_file():
+        print("usage: check-guarantees.py ROOT (the source tree, holding docs/guarantees.md)", file=sys.stderr)
+        return 2
     root = pathlib.Path(sys.argv[1])
     table = (root / "docs" / "guarantees.md").read_text(encoding="utf-8")
     sources = {

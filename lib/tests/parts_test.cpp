@@ -436,6 +436,92 @@ TEST(StateGate, LanesRunTogetherAHolderWaitsForThemAndRefusesNewOnes) {
   gate.leave();
 }
 
+TEST(StateGate, ALaneCallWaitsForAHolderToLeaveInsteadOfQueueingForTheGate) {
+  // A lane wait of an hour: the holder's leaving, not the wait running out,
+  // decides each call below.
+  StateGate gate(signals_only, std::chrono::hours(1));
+  std::promise<void> entered;
+  std::atomic<bool> left{false};
+  std::thread holder([&] {
+    ASSERT_EQ(gate.enter(), StateGate::Entry::entered);
+    entered.set_value();
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    left = true;
+    gate.leave();
+  });
+  entered.get_future().wait();
+  const bool in_lane = gate.enter_lane_soon(2);  // waits for the holder
+  EXPECT_TRUE(in_lane);
+  EXPECT_TRUE(left.load());
+  if (in_lane) gate.leave_lane(2);
+  holder.join();
+  ASSERT_EQ(gate.enter(), StateGate::Entry::entered);
+  EXPECT_EQ(gate.take_used_lanes(), 1u << 2);
+  gate.leave();
+
+  std::promise<void> entered_again;
+  left = false;
+  std::thread second([&] {
+    ASSERT_EQ(gate.enter(), StateGate::Entry::entered);
+    entered_again.set_value();
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    left = true;
+    gate.leave();
+  });
+  entered_again.get_future().wait();
+  const unsigned lane = gate.enter_own_lane();  // so does a call of a thread's own
+  EXPECT_TRUE(left.load());
+  EXPECT_NE(lane, StateGate::lane_count);
+  if (lane != StateGate::lane_count) gate.leave_lane(lane);
+  second.join();
+}
+
+TEST(StateGate, ALaneCallNeverWaitsForItsOwnThreadOrALoadAndStopsWaitingInTime) {
+  {
+    // Were either waited for, this test would wait an hour.
+    StateGate gate(signals_only, std::chrono::hours(1));
+    ASSERT_EQ(gate.enter(), StateGate::Entry::entered);
+    EXPECT_FALSE(gate.enter_lane_soon(1));  // this thread's own call
+    EXPECT_EQ(gate.enter_own_lane(), StateGate::lane_count);
+    gate.leave();
+    std::promise<void> loading;
+    std::promise<void> done;
+    std::thread loader([&] {
+      ASSERT_EQ(gate.enter(), StateGate::Entry::entered);
+      gate.set_loading(true);
+      loading.set_value();
+      done.get_future().wait();
+      gate.set_loading(false);
+      gate.leave();
+    });
+    loading.get_future().wait();
+    EXPECT_FALSE(gate.enter_lane_soon(1));  // a holder running a load
+    EXPECT_EQ(gate.enter_own_lane(), StateGate::lane_count);
+    done.set_value();
+    loader.join();
+  }
+  // A holder that stays past the lane wait: the call gives up, having
+  // changed nothing, and its caller would queue for the gate.
+  StateGate gate(signals_only, std::chrono::microseconds(200));
+  std::promise<void> entered;
+  std::promise<void> refused;
+  std::thread holder([&] {
+    ASSERT_EQ(gate.enter(), StateGate::Entry::entered);
+    entered.set_value();
+    refused.get_future().wait();
+    EXPECT_EQ(gate.take_used_lanes(), 0u);
+    gate.leave();
+  });
+  entered.get_future().wait();
+  EXPECT_FALSE(gate.enter_lane_soon(4));
+  EXPECT_EQ(gate.enter_own_lane(), StateGate::lane_count);
+  refused.set_value();
+  holder.join();
+  ASSERT_EQ(gate.enter(), StateGate::Entry::entered);
+  EXPECT_EQ(gate.take_used_lanes(), 0u);
+  gate.leave();
+}
+
 TEST(StateGate, LanesAndHoldersNeverOverlapUnderContention) {
   StateGate gate;
   // Each lane's counter is guarded by its lane, the total by the gate; the

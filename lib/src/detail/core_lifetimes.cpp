@@ -84,7 +84,7 @@ std::optional<LifetimeGrant> ManagerCore::acquire_in_lane(const ResidencyHandle&
 
 bool ManagerCore::release_in_lane(LifetimeToken& lifetime) noexcept {
   const unsigned lane = LifetimeTable::lane_of(lifetime.token());
-  if (lane == StateGate::lane_count || !gate_.enter_lane(lane)) return false;
+  if (lane == StateGate::lane_count || !gate_.enter_lane_soon(lane)) return false;
   ScopeExit leave([&] { gate_.leave_lane(lane); });
   // Once the manager is disowned, every lease is released under the gate
   // (the pins are written under the gate only, so stable here), so the
@@ -176,7 +176,7 @@ void ManagerCore::release_hold(LifetimeToken& lifetime, std::shared_ptr<ManagerC
 
 std::optional<ResidentValue> ManagerCore::leased_value_in_lane(std::uint64_t token, const ResidencyHandle& handle) {
   const unsigned lane = LifetimeTable::lane_of(token);
-  if (lane == StateGate::lane_count || !gate_.enter_lane(lane)) return std::nullopt;
+  if (lane == StateGate::lane_count || !gate_.enter_lane_soon(lane)) return std::nullopt;
   ScopeExit leave([&] { gate_.leave_lane(lane); });
   const LeaseRecord* lease = closed_ ? nullptr : lifetimes_.lane_lease(lane, token);
   if (lease == nullptr || lease->records.front() != values_.find(handle)) return std::nullopt;  // errors: the gate's

@@ -29,6 +29,14 @@ constexpr int pause_rounds = 16;
 constexpr int max_pause_shift = 10;
 constexpr int yield_rounds = 34;
 
+// A lane call waiting for a holder to leave (StateGate::await_leave) first
+// spins for about as long as a typical locked call (2^lane_pause_rounds
+// pauses in all), then yields until the lane wait is over. A lane call waits
+// at most max_lane_waits times, so a stream of holders cannot keep it from
+// queueing for the gate for long.
+constexpr int lane_pause_rounds = 8;
+constexpr int max_lane_waits = 2;
+
 }  // namespace
 
 StateGate::Entry StateGate::enter_slow() {
@@ -103,7 +111,7 @@ ThreadLane& this_thread_lane() noexcept {
 
 unsigned StateGate::enter_own_lane() noexcept {
   ThreadLane& self = this_thread_lane();
-  for (int attempt = 0; attempt < 2; ++attempt) {
+  for (int attempt = 0, waits = 0; attempt < 2;) {
     const unsigned lane = self.lane;
     if (enter_lane(lane)) {
       std::uint32_t& last = lanes_[lane].last_user;
@@ -113,10 +121,43 @@ unsigned StateGate::enter_own_lane() noexcept {
       }
       return lane;
     }
-    if (state_.load(std::memory_order_relaxed) != 0) break;  // the gate is held: no lane would do
+    if (state_.load(std::memory_order_relaxed) != 0) {
+      // The gate is held, so no lane would do until its holder leaves.
+      if (waits++ == max_lane_waits || !await_leave()) break;
+      continue;
+    }
     self.lane = (lane + self.stride) % lane_count;  // taken: try another
+    ++attempt;
   }
   return lane_count;
+}
+
+bool StateGate::enter_lane_soon(unsigned lane) noexcept {
+  for (int waits = 0;; ++waits) {
+    if (enter_lane(lane)) return true;
+    if (state_.load(std::memory_order_relaxed) == 0) return false;  // the lane itself is taken
+    if (waits == max_lane_waits || !await_leave()) return false;
+  }
+}
+
+bool StateGate::await_leave() noexcept {
+  std::chrono::steady_clock::time_point deadline{};
+  for (int spin = 0;; ++spin) {
+    const std::uint32_t state = state_.load(std::memory_order_relaxed);
+    if ((state & busy) == 0) return true;
+    if ((state & loading) != 0 || owner_.load(std::memory_order_relaxed) == std::this_thread::get_id()) return false;
+    if (spin < lane_pause_rounds) {
+      for (int i = 0, n = 1 << spin; i < n; ++i) cpu_relax();
+      continue;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (spin == lane_pause_rounds) {
+      deadline = now + lane_wait_;
+    } else if (now >= deadline) {
+      return false;
+    }
+    std::this_thread::yield();
+  }
 }
 
 void StateGate::publish_lane(std::uint32_t bit) noexcept { published_lanes_.fetch_or(bit, std::memory_order_seq_cst); }

@@ -26,9 +26,11 @@
 // word; entering the gate takes the state word, then waits for every
 // published lane that is held to be left. Both sides are sequentially
 // consistent, so either the lane sees the holder (and gives way, touching
-// nothing) or the holder sees the lane (and waits for it). A lane never
-// waits: when a holder is in or its word is taken it is refused, and its
-// caller goes through enter() instead. A lane section must not call code
+// nothing) or the holder sees the lane (and waits for it). A lane is never
+// held while waiting: when its word is taken it is refused, and when a
+// holder is in it is refused (enter_lane) or first waits briefly, holding
+// nothing, for the holder to leave (enter_lane_soon); a refused caller goes
+// through enter() instead. A lane section must not call code
 // that could come back into the gate (user code, a runtime's virtual calls)
 // and must not block: a holder spins for it. Each lane remembers that it was
 // used since the last entry; the holder collects that (take_used_lanes) so
@@ -51,10 +53,16 @@ class StateGate {
   // How long a sleeping waiter waits for a signal before it looks again.
   static constexpr std::chrono::microseconds default_recheck_interval{500};
 
+  // How long a lane call waits for a holder to leave before it queues for
+  // the gate instead (enter_lane_soon): far longer than a typical locked
+  // call, far shorter than a time slice.
+  static constexpr std::chrono::microseconds default_lane_wait{50};
+
   // `recheck_interval`: see above; tests lengthen it so that only a signal
-  // can wake a sleeper.
-  explicit StateGate(std::chrono::microseconds recheck_interval = default_recheck_interval) noexcept
-      : recheck_interval_(recheck_interval) {}
+  // can wake a sleeper. `lane_wait`: see enter_lane_soon.
+  explicit StateGate(std::chrono::microseconds recheck_interval = default_recheck_interval,
+                     std::chrono::microseconds lane_wait = default_lane_wait) noexcept
+      : recheck_interval_(recheck_interval), lane_wait_(lane_wait) {}
 
   static constexpr unsigned lane_count = 8;
   StateGate(const StateGate&) = delete;
@@ -105,9 +113,19 @@ class StateGate {
   // keeps using, unless another thread is in it. A thread that finds another
   // one's traces in its lane moves to another lane for its next call, so
   // threads that run at once settle in lanes of their own. Returns the lane,
-  // or lane_count (having changed nothing) when the gate is held or no lane
-  // was free at the first two tries.
+  // or lane_count (having changed nothing) when the gate stayed held (see
+  // enter_lane_soon) or no lane was free at the first two tries.
   unsigned enter_own_lane() noexcept;
+  // Enters lane `lane` as enter_lane does, but while another thread holds
+  // the gate it first waits up to the lane wait (await_leave) for the holder
+  // to leave. False, having changed nothing, when the lane is taken, or the
+  // gate is this thread's, loading, or held past that wait.
+  //
+  // Falling back to enter() the moment a holder is seen would turn a lane
+  // call into a gate entry, which holds every other thread out of its lane
+  // in turn: with more threads than cores one preempted holder then keeps
+  // the others queueing for the gate long after it has left.
+  bool enter_lane_soon(unsigned lane) noexcept;
   void leave_lane(unsigned lane) noexcept { lanes_[lane].state.store(lane_used, std::memory_order_release); }
   // Only by the thread that entered, with loading off.
   void leave() noexcept {
@@ -145,6 +163,11 @@ class StateGate {
   };
 
   Entry enter_slow();
+  // Waits, spinning briefly and then yielding up to the lane wait, until no
+  // other thread holds the gate: true once it was seen free. False at once
+  // when this thread holds it or its holder is loading (a load runs user
+  // code of unknown length), and false when the holders stay past the wait.
+  bool await_leave() noexcept;
   // The rest of becoming the holder, once the state word is taken: who holds
   // the gate, and no lane held from here on.
   void take_over(std::thread::id self) noexcept {
@@ -170,6 +193,7 @@ class StateGate {
   std::mutex mutex_;
   std::condition_variable released_;
   const std::chrono::microseconds recheck_interval_;
+  const std::chrono::microseconds lane_wait_;
   LaneWord lanes_[lane_count];
 };
 
