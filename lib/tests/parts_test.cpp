@@ -440,16 +440,22 @@ TEST(StateGate, ALaneCallWaitsForAHolderToLeaveInsteadOfQueueingForTheGate) {
   // A lane wait of an hour: the holder's leaving, not the wait running out,
   // decides each call below.
   StateGate gate(signals_only, std::chrono::hours(1));
-  std::promise<void> entered;
-  std::atomic<bool> left{false};
-  std::thread holder([&] {
-    ASSERT_EQ(gate.enter(), StateGate::Entry::entered);
-    entered.set_value();
-    std::this_thread::sleep_for(std::chrono::milliseconds(30));
-    left = true;
-    gate.leave();
-  });
-  entered.get_future().wait();
+  std::atomic<bool> entered{false}, left{false};
+  // Another thread holds the gate for 30 ms; returns once it holds it.
+  const auto hold_briefly = [&] {
+    entered = false;
+    left = false;
+    std::thread holder([&] {
+      ASSERT_EQ(gate.enter(), StateGate::Entry::entered);
+      entered = true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(30));
+      left = true;
+      gate.leave();
+    });
+    while (!entered.load()) std::this_thread::yield();
+    return holder;
+  };
+  std::thread holder = hold_briefly();
   const bool in_lane = gate.enter_lane_soon(2);  // waits for the holder
   EXPECT_TRUE(in_lane);
   EXPECT_TRUE(left.load());
@@ -459,21 +465,12 @@ TEST(StateGate, ALaneCallWaitsForAHolderToLeaveInsteadOfQueueingForTheGate) {
   EXPECT_EQ(gate.take_used_lanes(), 1u << 2);
   gate.leave();
 
-  std::promise<void> entered_again;
-  left = false;
-  std::thread second([&] {
-    ASSERT_EQ(gate.enter(), StateGate::Entry::entered);
-    entered_again.set_value();
-    std::this_thread::sleep_for(std::chrono::milliseconds(30));
-    left = true;
-    gate.leave();
-  });
-  entered_again.get_future().wait();
+  holder = hold_briefly();
   const unsigned lane = gate.enter_own_lane();  // so does a call of a thread's own
   EXPECT_TRUE(left.load());
   EXPECT_NE(lane, StateGate::lane_count);
   if (lane != StateGate::lane_count) gate.leave_lane(lane);
-  second.join();
+  holder.join();
 }
 
 TEST(StateGate, ALaneCallNeverWaitsForItsOwnThreadOrALoadAndStopsWaitingInTime) {
