@@ -11,6 +11,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <functional>
+#include <limits>
 #include <future>
 #include <map>
 #include <memory>
@@ -30,6 +31,7 @@
 #include "detail/handle_text.hpp"
 #include "detail/ledger.hpp"
 #include "detail/lifetime_table.hpp"
+#include "detail/line_allocator.hpp"
 #include "detail/ring.hpp"
 #include "detail/snapshot_assembly.hpp"
 #include "detail/state_gate.hpp"
@@ -721,6 +723,27 @@ std::vector<std::uint64_t> tokens_of(const TokenTable<std::string>& table) {
   std::vector<std::uint64_t> tokens;
   for (const auto& [token, label] : table) tokens.push_back(token);
   return tokens;
+}
+
+TEST(LineAllocator, BlocksStartACacheLineAndOwnEveryLineTheyTouch) {
+  LineAllocator<char> bytes;
+  for (const std::size_t count : {std::size_t{1}, std::size_t{63}, std::size_t{64}, std::size_t{65}, std::size_t{200}}) {
+    char* block = bytes.allocate(count);
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(block) % cache_line_bytes, 0u) << count;
+    // Every byte of the lines the block touches is its own (the address
+    // sanitizer's build reports a write past the block).
+    const std::size_t lines = (count + cache_line_bytes - 1) / cache_line_bytes;
+    std::fill(block, block + lines * cache_line_bytes, 'x');
+    bytes.deallocate(block, count);
+  }
+  LineAllocator<std::uint64_t> words;
+  EXPECT_THROW(static_cast<void>(words.allocate(std::numeric_limits<std::size_t>::max() / 4)), std::bad_array_new_length);
+  std::vector<std::uint64_t, LineAllocator<std::uint64_t>> grown;
+  for (std::uint64_t value = 0; value < 100; ++value) {
+    grown.push_back(value);
+    ASSERT_EQ(reinterpret_cast<std::uintptr_t>(grown.data()) % cache_line_bytes, 0u);
+  }
+  EXPECT_EQ(grown[99], 99u);
 }
 
 TEST(TokenTable, KeepsCreationOrderThroughErasesAndSweeps) {

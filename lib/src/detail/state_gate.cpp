@@ -31,11 +31,8 @@ constexpr int yield_rounds = 34;
 
 // A lane call waiting for a holder to leave (StateGate::await_leave) first
 // spins for about as long as a typical locked call (2^lane_pause_rounds
-// pauses in all), then yields until the lane wait is over. A lane call waits
-// at most max_lane_waits times, so a stream of holders cannot keep it from
-// queueing for the gate for long.
+// pauses in all), then yields until the lane wait is over.
 constexpr int lane_pause_rounds = 8;
-constexpr int max_lane_waits = 2;
 
 }  // namespace
 
@@ -109,9 +106,9 @@ ThreadLane& this_thread_lane() noexcept {
 
 }  // namespace
 
-unsigned StateGate::enter_own_lane() noexcept {
+unsigned StateGate::enter_own_lane_within(int waits) noexcept {
   ThreadLane& self = this_thread_lane();
-  for (int attempt = 0, waits = 0; attempt < 2;) {
+  for (int attempt = 0; attempt < 2; ++attempt) {
     const unsigned lane = self.lane;
     if (enter_lane(lane)) {
       std::uint32_t& last = lanes_[lane].last_user;
@@ -121,23 +118,22 @@ unsigned StateGate::enter_own_lane() noexcept {
       }
       return lane;
     }
-    if (state_.load(std::memory_order_relaxed) != 0) {
+    if (state_.load(std::memory_order_relaxed) != 0) [[unlikely]] {
       // The gate is held, so no lane would do until its holder leaves.
-      if (waits++ == max_lane_waits || !await_leave()) break;
-      continue;
+      return waits > 0 && await_leave() ? enter_own_lane_within(waits - 1) : lane_count;
     }
     self.lane = (lane + self.stride) % lane_count;  // taken: try another
-    ++attempt;
   }
   return lane_count;
 }
 
-bool StateGate::enter_lane_soon(unsigned lane) noexcept {
-  for (int waits = 0;; ++waits) {
+bool StateGate::enter_lane_later(unsigned lane) noexcept {
+  for (int waits = 0; waits < max_lane_waits; ++waits) {
+    // When the gate is free the lane itself was taken: one more look.
+    if (state_.load(std::memory_order_relaxed) != 0 && !await_leave()) return false;
     if (enter_lane(lane)) return true;
-    if (state_.load(std::memory_order_relaxed) == 0) return false;  // the lane itself is taken
-    if (waits == max_lane_waits || !await_leave()) return false;
   }
+  return false;
 }
 
 bool StateGate::await_leave() noexcept {

@@ -115,7 +115,7 @@ class StateGate {
   // threads that run at once settle in lanes of their own. Returns the lane,
   // or lane_count (having changed nothing) when the gate stayed held (see
   // enter_lane_soon) or no lane was free at the first two tries.
-  unsigned enter_own_lane() noexcept;
+  unsigned enter_own_lane() noexcept { return enter_own_lane_within(max_lane_waits); }
   // Enters lane `lane` as enter_lane does, but while another thread holds
   // the gate it first waits up to the lane wait (await_leave) for the holder
   // to leave. False, having changed nothing, when the lane is taken, or the
@@ -125,7 +125,7 @@ class StateGate {
   // call into a gate entry, which holds every other thread out of its lane
   // in turn: with more threads than cores one preempted holder then keeps
   // the others queueing for the gate long after it has left.
-  bool enter_lane_soon(unsigned lane) noexcept;
+  bool enter_lane_soon(unsigned lane) noexcept { return enter_lane(lane) || enter_lane_later(lane); }
   void leave_lane(unsigned lane) noexcept { lanes_[lane].state.store(lane_used, std::memory_order_release); }
   // Only by the thread that entered, with loading off.
   void leave() noexcept {
@@ -162,7 +162,15 @@ class StateGate {
     std::uint32_t last_user = 0;
   };
 
+  // A lane call waits for holders to leave at most this many times, so a
+  // stream of holders cannot keep it from queueing for the gate for long.
+  static constexpr int max_lane_waits = 2;
+
   Entry enter_slow();
+  // enter_own_lane, waiting for holders up to `waits` more times.
+  unsigned enter_own_lane_within(int waits) noexcept;
+  // enter_lane_soon once enter_lane has refused.
+  bool enter_lane_later(unsigned lane) noexcept;
   // Waits, spinning briefly and then yielding up to the lane wait, until no
   // other thread holds the gate: true once it was seen free. False at once
   // when this thread holds it or its holder is loading (a load runs user

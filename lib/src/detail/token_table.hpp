@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "detail/check.hpp"
+#include "detail/line_allocator.hpp"
 
 namespace fhelium::residency::detail {
 
@@ -151,8 +152,10 @@ class TokenTable {
     tokens_.resize(kept);
   }
 
-  std::vector<std::optional<Entry>> items_;
-  std::vector<std::uint64_t> tokens_;  // ascending, parallel to items_
+  // In lines of their own: a lane's table is written on every lease it
+  // grants or ends, alongside other lanes' (LineAllocator).
+  std::vector<std::optional<Entry>, LineAllocator<std::optional<Entry>>> items_;
+  std::vector<std::uint64_t, LineAllocator<std::uint64_t>> tokens_;  // ascending, parallel to items_
   std::size_t live_ = 0;
   std::uint64_t last_token_ = 0;  // tokens start at 1; kept across clear()
 };
