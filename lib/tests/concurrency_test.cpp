@@ -396,12 +396,20 @@ TEST(Lanes, LeasesTakenOnManyThreadsCountExactlyInVersionsLeaseCountsAndClose) {
 // the next call takes the state lock; whichever way it is released after
 // that (in the lane or under the lock), each lease counts once, and a
 // removal never misses one.
+// A value resident at pageable and pinned host (so the pageable copy may be
+// dropped) whose next host leases run in lanes: its first lease, taken
+// under the lock, has built its handle list.
+ResidencyHandle lane_leasable_value(ResidencyManager& manager) {
+  const ResidencyHandle handle = manager.adopt(make_value(8), std::nullopt, ReplicaMode::replicable);
+  manager.ensure(handle, PINNED_HOST);
+  manager.acquire({handle}, PAGEABLE_HOST).release();
+  return handle;
+}
+
 TEST(Lanes, LeasesCountWhetherReleasedBeforeOrAfterTheNextLockedCall) {
   auto fixture = make_fixture();
   ResidencyManager& manager = *fixture.manager;
-  const ResidencyHandle handle = manager.adopt(make_value(8), std::nullopt, ReplicaMode::replicable);
-  manager.ensure(handle, PINNED_HOST);
-  manager.acquire({handle}, PAGEABLE_HOST).release();  // the first lease: under the lock
+  const ResidencyHandle handle = lane_leasable_value(manager);
   const auto uses = [&] { return manager.snapshot().value(handle)->at(PAGEABLE_HOST)->use_count; };
   std::uint64_t version = manager.state_version();
   // Released before any locked call: never counted, yet versioned.
@@ -419,7 +427,7 @@ TEST(Lanes, LeasesCountWhetherReleasedBeforeOrAfterTheNextLockedCall) {
   first->release();
   EXPECT_EQ(uses(), 2);
   EXPECT_THROW(manager.drop(handle, PAGEABLE_HOST), ResidencyInUseError);
-  third->release();  // counted by the drop's call: undone under the lock
+  third->release();  // counted by the drop's call: undone by the next locked call
   second.reset();    // abandoned: released under the lock, with a diagnostic
   EXPECT_EQ(uses(), 0);
   EXPECT_EQ(manager.state_version(), version += 4);
@@ -427,6 +435,39 @@ TEST(Lanes, LeasesCountWhetherReleasedBeforeOrAfterTheNextLockedCall) {
   EXPECT_EQ(resident_at(manager, handle), std::vector<ResidencyLocation>{PINNED_HOST});
   EXPECT_THROW(manager.acquire({handle}, PAGEABLE_HOST), ResidencyUnavailableError);
   EXPECT_EQ(manager.diagnostics().size(), 1u);
+}
+
+// A lane notes at most eight counted leases ended between two locked calls
+// (LifetimeTable::ended_capacity); the ninth is released under the lock,
+// which first folds in the eight, and the tenth is noted in the lane again.
+// Whichever way each went, every count is undone and nothing is left
+// protected.
+TEST(Lanes, MoreCountedReleasesBetweenTwoLockedCallsThanALaneNotesAllUncount) {
+  auto fixture = make_fixture();
+  ResidencyManager& manager = *fixture.manager;
+  const ResidencyHandle handle = lane_leasable_value(manager);
+  const auto uses = [&] { return manager.snapshot().value(handle)->at(PAGEABLE_HOST)->use_count; };
+  std::vector<ResidencyLease> leases;
+  for (int i = 0; i < 10; ++i) leases.push_back(manager.acquire({handle}, PAGEABLE_HOST));
+  std::uint64_t version = manager.state_version();
+  EXPECT_EQ(uses(), 10);  // a locked call: all ten are counted now
+  for (auto& lease : leases) lease.release();
+  EXPECT_EQ(manager.state_version(), version += 10);
+  EXPECT_EQ(uses(), 0);
+  manager.drop(handle, PAGEABLE_HOST);  // nothing protects it
+  EXPECT_EQ(resident_at(manager, handle), std::vector<ResidencyLocation>{PINNED_HOST});
+  EXPECT_TRUE(manager.diagnostics().empty());
+  // Released on both sides of a locked call.
+  const ResidencyHandle other = lane_leasable_value(manager);
+  leases.clear();
+  for (int i = 0; i < 12; ++i) leases.push_back(manager.acquire({other}, PAGEABLE_HOST));
+  EXPECT_EQ(manager.snapshot().value(other)->at(PAGEABLE_HOST)->use_count, 12);
+  for (int i = 0; i < 9; ++i) leases[static_cast<std::size_t>(i)].release();
+  EXPECT_EQ(manager.snapshot().value(other)->at(PAGEABLE_HOST)->use_count, 3);
+  for (int i = 9; i < 12; ++i) leases[static_cast<std::size_t>(i)].release();
+  EXPECT_EQ(manager.snapshot().value(other)->at(PAGEABLE_HOST)->use_count, 0);
+  manager.close();
+  EXPECT_TRUE(manager.diagnostics().empty());
 }
 
 // A drop racing host leases on other threads either sees a lease (and is
