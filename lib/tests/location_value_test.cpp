@@ -189,6 +189,46 @@ TEST(ValueSpec, ValidatesBytesAndType) {
   EXPECT_EQ(to_string(ReplicaMode::replicable), "replicable");
 }
 
+// validate() decides most specs with one quick test and leaves the rest to
+// the checks in order: a spec the quick test does not pass may still be
+// valid, and one with several faults is refused for its first.
+TEST(ValueSpec, AcceptsTypesStartingWithBlanksAndNamesTheFirstOfSeveralFaults) {
+  ResidencyValueSpec spec("Blob", 4, 4, ReplicaMode::exclusive, Recoverability::must_preserve);
+  for (const std::string type : {"\tBlob", " B", "\x7f", "\xC3\xA9", "\x1c\x1dx"}) {
+    SCOPED_TRACE(::testing::PrintToString(type));
+    spec.value_type = type;
+    EXPECT_NO_THROW(spec.validate());
+  }
+  const auto first_fault = [](const ResidencyValueSpec& faulty) -> std::string {
+    try {
+      faulty.validate();
+    } catch (const std::invalid_argument& error) {
+      return error.what();
+    }
+    return "accepted";
+  };
+  const auto faulty = [&](std::string type, std::int64_t logical, std::int64_t storage, int mode, int recoverability) {
+    ResidencyValueSpec changed = spec;
+    changed.value_type = std::move(type);
+    changed.logical_nbytes = logical;
+    changed.storage_nbytes = storage;
+    changed.replica_mode = static_cast<ReplicaMode>(mode);
+    changed.recoverability = static_cast<Recoverability>(recoverability);
+    return first_fault(changed);
+  };
+  EXPECT_EQ(faulty(" \t", -1, -2, 9, 9), "ResidencyValueSpec value_type must be non-empty");
+  EXPECT_EQ(faulty("\x1f ", 4, 8, 0, 0), "ResidencyValueSpec value_type must be non-empty");
+  EXPECT_EQ(faulty("B", -1, -2, 9, 9), "ResidencyValueSpec logical_nbytes must be non-negative");
+  EXPECT_EQ(faulty("B", 1, -2, 9, 9), "ResidencyValueSpec storage_nbytes must be non-negative");
+  EXPECT_EQ(faulty("B", 8, 4, 9, 9),
+            "ResidencyValueSpec storage_nbytes (4) must be greater than or equal to logical_nbytes (8)");
+  EXPECT_EQ(faulty("B", 4, 8, 9, 9),
+            "ResidencyValueSpec replica_mode must be a ReplicaMode (replicable or exclusive), got 9");
+  EXPECT_EQ(faulty("B", 4, 8, 0, -1), "ResidencyValueSpec recoverability must be a Recoverability "
+                                      "(reconstructible or must-preserve), got -1");
+  EXPECT_EQ(faulty(" B", 0, 0, 1, 0), "accepted");
+}
+
 TEST(Plan, ReservationsValidateAndActionsDescribeThemselves) {
   EXPECT_THROW(MemoryReservation(PAGEABLE_HOST, -1, "x"), std::invalid_argument);
   EXPECT_THROW(MemoryReservation(PAGEABLE_HOST, 1, "  "), std::invalid_argument);
