@@ -41,7 +41,7 @@ ResidencyHandle ManagerCore::adopt(ResidentValue&& value, std::optional<Residenc
   return values_.handle_of(record);
 }
 
-ResidencyHandle ManagerCore::register_source(ResidencyValueSpec spec, std::shared_ptr<ResidencySource> source,
+ResidencyHandle ManagerCore::register_source(ResidencyValueSpec&& spec, std::shared_ptr<ResidencySource>&& source,
                                              ResidencyLocation source_location) {
   if (!source) throw std::invalid_argument("register_source needs a non-null ResidencySource");
   spec.validate();  // its fields are public and may have changed since construction

@@ -95,7 +95,7 @@ class ManagerCore : public std::enable_shared_from_this<ManagerCore> {
 
   // Values and primitives (core_transitions.cpp).
   ResidencyHandle adopt(ResidentValue&& value, std::optional<ResidencyLocation> at, ReplicaMode replica_mode);
-  ResidencyHandle register_source(ResidencyValueSpec spec, std::shared_ptr<ResidencySource> source,
+  ResidencyHandle register_source(ResidencyValueSpec&& spec, std::shared_ptr<ResidencySource>&& source,
                                   ResidencyLocation source_location);
   // One action of type `Action`, built from `fields` in its report's place
   // (instantiated in core_transitions.cpp for each public call's fields).

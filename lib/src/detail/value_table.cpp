@@ -8,7 +8,7 @@
 
 namespace fhelium::residency::detail {
 
-ValueRecord& ValueTable::add(ResidencyValueSpec spec, std::shared_ptr<ResidencySource> source,
+ValueRecord& ValueTable::add(ResidencyValueSpec&& spec, std::shared_ptr<ResidencySource>&& source,
                              std::optional<ResidencyLocation> source_location) {
   if (size_ % chunk_records == 0 && size_ / chunk_records == chunks_.size()) {
     chunks_.push_back(std::make_unique<Chunk>());

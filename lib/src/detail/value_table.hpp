@@ -57,7 +57,7 @@ struct ValueRecord {
   // A constructor, not aggregate initialization: emplace_back() of an
   // aggregate needs C++20's parenthesized initialization, which not every
   // supported compiler has (clang before 16).
-  ValueRecord(std::uint64_t serial, ResidencyValueSpec spec, std::shared_ptr<ResidencySource> source,
+  ValueRecord(std::uint64_t serial, ResidencyValueSpec&& spec, std::shared_ptr<ResidencySource>&& source,
               std::optional<ResidencyLocation> source_location)
       : serial(serial), spec(std::move(spec)), source(std::move(source)), source_location(source_location) {}
 
@@ -95,7 +95,10 @@ class ValueTable {
   explicit ValueTable(std::string manager_id) : manager_id_(std::move(manager_id)) {}
 
   // Creates a record with a fresh handle (never reissued, even after rollback).
-  ValueRecord& add(ResidencyValueSpec spec, std::shared_ptr<ResidencySource> source,
+  // Takes the spec and source by rvalue reference: each move of a spec copies
+  // its type's text, and a by-value chain from the public call moved it four
+  // times.
+  ValueRecord& add(ResidencyValueSpec&& spec, std::shared_ptr<ResidencySource>&& source,
                    std::optional<ResidencyLocation> source_location);
   // Removes the record most recently added (a failed adopt).
   void remove_last();
