@@ -40,6 +40,7 @@
 #include <string>
 
 #include "detail/lifetime_records.hpp"
+#include "detail/line_allocator.hpp"
 #include "detail/state_gate.hpp"
 #include "detail/token_table.hpp"
 #include "fhelium/residency/runtime.hpp"
@@ -145,7 +146,7 @@ class LifetimeTable {
   static_assert(lane_count < tag_mask);
 
   static constexpr std::size_t ended_capacity = 8;
-  struct alignas(64) Lane {
+  struct alignas(cache_line_bytes) Lane {
     TokenTable<LeaseRecord> leases;
     // Leases with tokens up to this one are counted in their use counts.
     std::uint64_t counted_through = 0;

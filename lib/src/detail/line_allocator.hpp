@@ -1,4 +1,5 @@
-// LineAllocator: an allocator whose blocks own the cache lines they touch.
+// LineAllocator: an allocator whose blocks own the cache lines they touch,
+// and cache_line_bytes, the line size the detail types align to.
 //
 // Each block starts a cache line and is rounded up to whole lines, so no other
 // allocation shares a line with it. Containers that one thread writes on
@@ -16,9 +17,9 @@ namespace fhelium::residency::detail {
 
 inline constexpr std::size_t cache_line_bytes = 64;
 
-// `bytes` rounded up to whole cache lines, starting a line; out of line, so
-// that the containers' inline paths stay as short as with the default
-// allocator.
+// A block for `count` objects of `size` bytes, starting a cache line and
+// rounded up to whole lines; out of line, so that the containers' inline
+// paths stay as short as with the default allocator.
 void* allocate_lines(std::size_t count, std::size_t size);
 void release_lines(void* block) noexcept;
 

@@ -141,7 +141,7 @@ bool StateGate::await_leave() noexcept {
   for (int spin = 0;; ++spin) {
     const std::uint32_t state = state_.load(std::memory_order_relaxed);
     if ((state & busy) == 0) return true;
-    if ((state & loading) != 0 || owner_.load(std::memory_order_relaxed) == std::this_thread::get_id()) return false;
+    if ((state & loading) != 0 || held_here()) return false;
     if (spin < lane_pause_rounds) {
       for (int i = 0, n = 1 << spin; i < n; ++i) cpu_relax();
       continue;

@@ -44,6 +44,8 @@
 #include <mutex>
 #include <thread>
 
+#include "detail/line_allocator.hpp"
+
 namespace fhelium::residency::detail {
 
 class StateGate {
@@ -155,7 +157,7 @@ class StateGate {
   static constexpr std::uint32_t lane_held = 1;
   static constexpr std::uint32_t lane_used = 2;  // since the holder last looked
 
-  struct alignas(64) LaneWord {
+  struct alignas(cache_line_bytes) LaneWord {
     std::atomic<std::uint32_t> state{0};
     // The thread that last entered for a call of its own (enter_own_lane);
     // 0 for none. Guarded by `state`.

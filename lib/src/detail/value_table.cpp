@@ -4,6 +4,7 @@
 
 #include "detail/check.hpp"
 #include "detail/handle_text.hpp"
+#include "detail/line_allocator.hpp"
 #include "fhelium/residency/errors.hpp"
 
 namespace fhelium::residency::detail {
@@ -81,7 +82,7 @@ const std::shared_ptr<const std::vector<ResidencyHandle>>& ValueTable::handle_li
   if (!record.handle_list) {
     // Over-aligned, so that the control block make_shared puts in front of
     // it starts a cache line and the list fills the rest of its own.
-    struct alignas(64) OwnLines {
+    struct alignas(cache_line_bytes) OwnLines {
       std::vector<ResidencyHandle> list;
     };
     auto block = std::make_shared<OwnLines>(OwnLines{{handle_of(record)}});
