@@ -1289,7 +1289,7 @@ TEST(LifetimeTable, GrantsAndReleasesCountsInPairsWithOneTokenSequence) {
   EXPECT_EQ(released->label, "kv");
   EXPECT_FALSE(table.release_reservation(reservation).has_value());
   table.end_reads(lease, *table.active_lease(lease));
-  EXPECT_EQ(table.active_lease(lease), nullptr);
+  EXPECT_FALSE(table.active_lease(lease).has_value());
   EXPECT_TRUE(table.empty());
   EXPECT_EQ(fixture.counts(fixture.first, CUDA0), (std::vector<std::int64_t>{0, 0, 0}));
   // Tokens keep growing across clear().
@@ -1327,8 +1327,17 @@ TEST(LifetimeTable, ACountedLaneLeaseEndsInItsLaneAndTheNextFoldUncountsIt) {
   EXPECT_EQ(counts.versions, 8u);
   EXPECT_EQ(counts.pins, -8);
   EXPECT_EQ(fixture.counts(fixture.first, PAGEABLE_HOST), (std::vector<std::int64_t>{1, 0, 0}));
-  // The refused one, ended under the gate as the manager does.
-  table.end_reads(tokens[8], *table.active_lease(tokens[8]));
+  // The refused one, ended under the gate as the manager does: seen there as
+  // an active host lease of its one value, without streams or a gate record.
+  const std::optional<ActiveLease> refused = table.active_lease(tokens[8]);
+  ASSERT_TRUE(refused.has_value());
+  EXPECT_EQ(refused->gate_record(), nullptr);
+  EXPECT_EQ(std::vector<ValueRecord*>(refused->records().begin(), refused->records().end()),
+            std::vector<ValueRecord*>{fixture.first});
+  EXPECT_EQ(refused->location(), PAGEABLE_HOST);
+  EXPECT_TRUE(refused->streams().empty());
+  EXPECT_FALSE(table.active_lease(tokens[0]).has_value());  // ended in its lane
+  table.end_reads(tokens[8], *refused);
   EXPECT_EQ(fixture.counts(fixture.first, PAGEABLE_HOST), (std::vector<std::int64_t>{0, 0, 0}));
   EXPECT_TRUE(table.empty());
   // A fold of a lane that ended nothing since changes no count.
@@ -1343,8 +1352,8 @@ TEST(LifetimeTable, APendingLeaseProtectsUntilItsEventsCompleteAndIsReapedOnce) 
   const c10::Stream stream = runtime.stream(0, 1);
   const std::uint64_t lease = table.grant_lease(fixture.both(), CUDA0, stream);
   runtime.enqueue(stream, 100);  // the consumer's kernel
-  table.end_reads_pending(*table.active_lease(lease), {runtime.record_event(stream)});
-  EXPECT_EQ(table.active_lease(lease), nullptr);  // pending, no longer active
+  table.end_reads_pending(*table.active_lease(lease)->gate_record(), {runtime.record_event(stream)});
+  EXPECT_FALSE(table.active_lease(lease).has_value());  // pending, no longer active
   EXPECT_EQ(table.pending_lease_count(), 1u);
   EXPECT_EQ(fixture.counts(fixture.first, CUDA0), (std::vector<std::int64_t>{0, 0, 1}));
   const Materialization& item = *fixture.first->at(CUDA0);
@@ -1367,10 +1376,10 @@ TEST(LifetimeTable, APendingLeaseWithoutEventsIsNeverReapedAndSynchronizingFinis
   const c10::Stream busy = runtime.stream(0, 1), idle = runtime.stream(0, 2);
   // Recording failed and so did synchronizing: pending with no events.
   const std::uint64_t unproven = table.grant_lease(fixture.both(), CUDA0, busy);
-  table.end_reads_pending(*table.active_lease(unproven), {});
+  table.end_reads_pending(*table.active_lease(unproven)->gate_record(), {});
   runtime.enqueue(idle, 10);
   const std::uint64_t proven = table.grant_lease(fixture.both(), CUDA0, idle);
-  table.end_reads_pending(*table.active_lease(proven), {runtime.record_event(idle)});
+  table.end_reads_pending(*table.active_lease(proven)->gate_record(), {runtime.record_event(idle)});
   runtime.advance(1000);
   EXPECT_EQ(table.reap(runtime), 1u);  // only the lease with a completed event
   EXPECT_TRUE(table.still_protects(*fixture.first->at(CUDA0), runtime));

@@ -178,9 +178,9 @@ std::optional<ResidentValue> ManagerCore::leased_value_in_lane(std::uint64_t tok
   const unsigned lane = LifetimeTable::lane_of(token);
   if (lane == StateGate::lane_count || !gate_.enter_lane_soon(lane)) return std::nullopt;
   ScopeExit leave([&] { gate_.leave_lane(lane); });
-  const LeaseRecord* lease = closed_ ? nullptr : lifetimes_.lane_lease(lane, token);
-  if (lease == nullptr || lease->records.front() != values_.find(handle)) return std::nullopt;  // errors: the gate's
-  const Materialization* item = lease->records.front()->at(lease->location);
+  const LaneLease* lease = closed_ ? nullptr : lifetimes_.lane_lease(lane, token);
+  if (lease == nullptr || lease->record != values_.find(handle)) return std::nullopt;  // errors: the gate's
+  const Materialization* item = lease->record->at(lease->location);
   FHELIUM_CHECK(item != nullptr, "leased materialization is gone");
   return item->value;
 }
@@ -188,14 +188,14 @@ std::optional<ResidentValue> ManagerCore::leased_value_in_lane(std::uint64_t tok
 ResidentValue ManagerCore::leased_value(std::uint64_t token, const ResidencyHandle& handle) {
   if (std::optional<ResidentValue> value = leased_value_in_lane(token, handle)) return std::move(*value);
   StateAccess access(*this);
-  const LeaseRecord* lease = closed_ ? nullptr : lifetimes_.active_lease(token);
-  if (lease == nullptr) {
+  const std::optional<ActiveLease> lease = closed_ ? std::nullopt : lifetimes_.active_lease(token);
+  if (!lease) {
     throw ResidencyLifetimeClosedError("borrowed residency values cannot be read after the lease was released");
   }
   const ValueRecord* wanted = values_.find(handle);
-  for (ValueRecord* record : lease->records) {
+  for (ValueRecord* record : lease->records()) {
     if (record != wanted) continue;
-    const Materialization* item = record->at(lease->location);
+    const Materialization* item = record->at(lease->location());
     FHELIUM_CHECK(item != nullptr && item->use_count > 0, "leased materialization is not in use");
     return item->value;
   }
@@ -204,18 +204,20 @@ ResidentValue ManagerCore::leased_value(std::uint64_t token, const ResidencyHand
 
 void ManagerCore::add_consumer_stream(std::uint64_t token, const c10::Stream& stream) {
   StateAccess access(*this);
-  LeaseRecord* lease = closed_ ? nullptr : lifetimes_.active_lease(token);
-  if (lease == nullptr) {
+  const std::optional<ActiveLease> lease = closed_ ? std::nullopt : lifetimes_.active_lease(token);
+  if (!lease) {
     throw ResidencyLifetimeClosedError("consumer streams cannot be added after the lease was released");
   }
-  if (!lease->location.is_cuda()) {
-    throw std::invalid_argument("a lease at " + lease->location.name() + " does not use CUDA streams");
+  if (!lease->location().is_cuda()) {
+    throw std::invalid_argument("a lease at " + lease->location().name() + " does not use CUDA streams");
   }
-  runtime_->check_stream(lease->location, stream);
-  for (const auto& existing : lease->streams) {
+  runtime_->check_stream(lease->location(), stream);
+  LeaseRecord* record = lease->gate_record();
+  FHELIUM_CHECK(record != nullptr, "a CUDA lease granted in a lane");
+  for (const auto& existing : record->streams) {
     if (existing == stream) return;
   }
-  lease->streams.push_back(stream);
+  record->streams.push_back(stream);
 }
 
 void ManagerCore::release_lease(LifetimeToken& lifetime, bool wait, std::shared_ptr<ManagerCore>& last_pin) {
@@ -227,14 +229,15 @@ void ManagerCore::release_lease(LifetimeToken& lifetime, bool wait, std::shared_
 }
 
 void ManagerCore::release_lease_locked(std::uint64_t token, bool wait) {
-  LeaseRecord* lease = lifetimes_.active_lease(token);
-  if (lease == nullptr) return;
-  if (!lease->location.is_cuda() || lease->streams.empty()) {
+  const std::optional<ActiveLease> active = lifetimes_.active_lease(token);
+  if (!active) return;
+  if (!active->location().is_cuda() || active->streams().empty()) {
     // Host reads are complete when the borrower says so.
-    lifetimes_.end_reads(token, *lease);
+    lifetimes_.end_reads(token, *active);
     bump_locked();
     return;
   }
+  LeaseRecord* lease = active->gate_record();  // a lane lease has no streams
   const std::string where = lease->location.name();
   std::vector<std::shared_ptr<CompletionEvent>> events;
   try {
@@ -251,7 +254,7 @@ void ManagerCore::release_lease_locked(std::uint64_t token, bool wait) {
                       "); its materializations stay protected until a forced close");
       return;
     }
-    lifetimes_.end_reads(token, *lease);
+    lifetimes_.end_reads(token, *active);
     bump_locked();
     diagnose_locked("lease at " + where + ": event recording failed (" + record_error.what() +
                     "); released after synchronizing its consumer streams");
@@ -299,9 +302,9 @@ void ManagerCore::abandon_with(std::shared_ptr<ManagerCore>& last_pin, Body body
 
 void ManagerCore::abandon_lease(std::uint64_t token, std::shared_ptr<ManagerCore>& last_pin) noexcept {
   abandon_with(last_pin, [&] {
-    const LeaseRecord* lease = lifetimes_.active_lease(token);
-    if (lease == nullptr) return;
-    const std::string where = lease->location.name();
+    const std::optional<ActiveLease> lease = lifetimes_.active_lease(token);
+    if (!lease) return;
+    const std::string where = lease->location().name();
     try {
       release_lease_locked(token, true);
       diagnose_locked("an active lease at " + where + " was abandoned; released after waiting for its consumer streams");

@@ -37,6 +37,16 @@ struct LeaseRecord {
   std::vector<std::shared_ptr<CompletionEvent>> events;
 };
 
+// A lease granted in a lane of the state gate: always an active host lease
+// of one value, without streams, so its record keeps no more than that.
+struct LaneLease {
+  LaneLease() = default;
+  LaneLease(ValueRecord* record, ResidencyLocation location) : record(record), location(location) {}
+
+  ValueRecord* record = nullptr;
+  ResidencyLocation location;
+};
+
 struct HoldRecord {
   HoldRecord(CoveredRecords&& records, ResidencyLocation location) : records(std::move(records)), location(location) {}
 

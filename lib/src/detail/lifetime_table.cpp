@@ -1,5 +1,6 @@
 #include "detail/lifetime_table.hpp"
 
+#include <span>
 #include <utility>
 
 #include "detail/check.hpp"
@@ -42,7 +43,7 @@ std::uint64_t LifetimeTable::add_reservation(const ResidencyLocation& location, 
 std::uint64_t LifetimeTable::grant_lane_lease(unsigned lane, ValueRecord& record, const ResidencyLocation& at) {
   Lane& own = lanes_[lane];
   const std::uint64_t token = lane_token(lane, (own.leases.last_token() >> tag_bits) + 1);
-  own.leases.emplace(token, CoveredRecords{&record}, at);  // may throw: nothing counted yet
+  own.leases.emplace(token, &record, at);  // may throw: nothing counted yet
   own.versions += 1;
   own.pins += 1;
   return token;
@@ -52,12 +53,9 @@ bool LifetimeTable::end_lane_lease(unsigned lane, std::uint64_t token) {
   Lane& own = lanes_[lane];
   const auto found = own.leases.find(token);
   if (found == own.leases.end()) return false;
-  const LeaseRecord& lease = found->second;
-  FHELIUM_CHECK(lease.state == LeaseState::active && lease.records.size() == 1 && lease.streams.empty(),
-                "a lane lease that is not an active lease of one value");
   if (token <= own.counted_through) [[unlikely]] {
     if (own.ended_count == ended_capacity) return false;  // the gate undoes its count
-    own.ended[own.ended_count++] = {lease.records.front(), lease.location};
+    own.ended[own.ended_count++] = found->second;
   }
   own.leases.erase(found);
   own.versions += 1;
@@ -70,13 +68,13 @@ LifetimeTable::LaneCounts LifetimeTable::fold_lanes(std::uint32_t used) noexcept
   for (unsigned lane = 0; lane < lane_count; ++lane) {
     if ((used & (1u << lane)) == 0) continue;
     Lane& own = lanes_[lane];
-    own.leases.for_each_after(own.counted_through, [](std::uint64_t, LeaseRecord& lease) {
-      covered(lease.records.front(), lease.location).use_count += 1;
+    own.leases.for_each_after(own.counted_through, [](std::uint64_t, const LaneLease& lease) {
+      covered(lease.record, lease.location).use_count += 1;
     });
     own.counted_through = own.leases.last_token();
     for (std::size_t index = 0; index < own.ended_count; ++index) {
-      const auto& [record, location] = own.ended[index];
-      Materialization& item = covered(record, location);
+      const LaneLease& ended = own.ended[index];
+      Materialization& item = covered(ended.record, ended.location);
       FHELIUM_CHECK(item.use_count > 0, "a lane uncounted a use that was not counted");
       item.use_count -= 1;
     }
@@ -87,9 +85,14 @@ LifetimeTable::LaneCounts LifetimeTable::fold_lanes(std::uint32_t used) noexcept
   return counts;
 }
 
-LeaseRecord* LifetimeTable::active_lease(std::uint64_t token) {
-  LeaseRecord* lease = leases_of(token).get(token);
-  return lease == nullptr || lease->state != LeaseState::active ? nullptr : lease;
+std::optional<ActiveLease> LifetimeTable::active_lease(std::uint64_t token) {
+  const unsigned lane = lane_of(token);
+  if (lane != lane_count) {
+    LaneLease* lease = lanes_[lane].leases.get(token);
+    return lease == nullptr ? std::nullopt : std::optional<ActiveLease>(*lease);
+  }
+  LeaseRecord* lease = leases_.get(token);
+  return lease == nullptr || lease->state != LeaseState::active ? std::nullopt : std::optional<ActiveLease>(*lease);
 }
 
 const HoldRecord* LifetimeTable::hold(std::uint64_t token) const { return holds_.get(token); }
@@ -98,12 +101,11 @@ const ReservationRecord* LifetimeTable::reservation(std::uint64_t token) const {
 
 namespace {
 
-// Ends the reads `lease` counts on its materializations; `pending` keeps
-// them protected until the lease finishes.
-void end_use(LeaseRecord& lease, bool pending) {
-  FHELIUM_CHECK(lease.state == LeaseState::active, "ending a lease that is not active");
-  for (ValueRecord* record : lease.records) {
-    Materialization& item = covered(record, lease.location);
+// Ends the reads the active lease over `records` at `location` counts on
+// its materializations; `pending` keeps them protected until the lease finishes.
+void end_use(std::span<ValueRecord* const> records, const ResidencyLocation& location, bool pending) {
+  for (ValueRecord* record : records) {
+    Materialization& item = covered(record, location);
     FHELIUM_CHECK(item.use_count > 0, "lease released on an unused materialization");
     item.use_count -= 1;
     if (pending) item.pending_count += 1;
@@ -112,14 +114,16 @@ void end_use(LeaseRecord& lease, bool pending) {
 
 }  // namespace
 
-void LifetimeTable::end_reads(std::uint64_t token, LeaseRecord& lease) {
-  end_use(lease, false);
-  const bool erased = leases_of(token).erase(token);
+void LifetimeTable::end_reads(std::uint64_t token, const ActiveLease& lease) {
+  end_use(lease.records(), lease.location(), false);
+  const unsigned lane = lane_of(token);
+  const bool erased = lane == lane_count ? leases_.erase(token) : lanes_[lane].leases.erase(token);
   FHELIUM_CHECK(erased, "ended a lease that is not in the table");
 }
 
 void LifetimeTable::end_reads_pending(LeaseRecord& lease, std::vector<std::shared_ptr<CompletionEvent>> events) {
-  end_use(lease, true);
+  FHELIUM_CHECK(lease.state == LeaseState::active, "ending a lease that is not active");
+  end_use({lease.records.data(), lease.records.size()}, lease.location, true);
   lease.state = LeaseState::pending;
   lease.events = std::move(events);
   ++pending_leases_;

@@ -37,6 +37,7 @@
 #include <exception>
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
 
 #include "detail/lifetime_records.hpp"
@@ -46,6 +47,31 @@
 #include "fhelium/residency/runtime.hpp"
 
 namespace fhelium::residency::detail {
+
+// An active lease as the gate's holder sees it, wherever it was granted:
+// under the gate (a LeaseRecord) or in a lane (a LaneLease: one value, at a
+// host location, without streams). Valid until the lifetime table changes.
+class ActiveLease {
+ public:
+  explicit ActiveLease(LeaseRecord& lease) noexcept
+      : gate_(&lease), records_(lease.records.data()), count_(lease.records.size()), location_(lease.location) {}
+  explicit ActiveLease(LaneLease& lease) noexcept : records_(&lease.record), count_(1), location_(lease.location) {}
+
+  std::span<ValueRecord* const> records() const noexcept { return {records_, count_}; }
+  const ResidencyLocation& location() const noexcept { return location_; }
+  // Its consumer streams: none for a lane lease.
+  std::span<const c10::Stream> streams() const noexcept {
+    return gate_ == nullptr ? std::span<const c10::Stream>{} : std::span<const c10::Stream>(gate_->streams);
+  }
+  // The record of a lease granted under the gate; nullptr for a lane lease.
+  LeaseRecord* gate_record() const noexcept { return gate_; }
+
+ private:
+  LeaseRecord* gate_ = nullptr;
+  ValueRecord* const* records_;
+  std::size_t count_;
+  ResidencyLocation location_;
+};
 
 class LifetimeTable {
  public:
@@ -68,7 +94,7 @@ class LifetimeTable {
   // last fold (then it is released under the gate).
   bool end_lane_lease(unsigned lane, std::uint64_t token);
   // In lane `lane`: its lease `token`, or nullptr.
-  const LeaseRecord* lane_lease(unsigned lane, std::uint64_t token) const { return lanes_[lane].leases.get(token); }
+  const LaneLease* lane_lease(unsigned lane, std::uint64_t token) const { return lanes_[lane].leases.get(token); }
   // The lane `token` was granted in; lane_count for a token granted under the gate.
   static unsigned lane_of(std::uint64_t token) noexcept {
     const auto tag = static_cast<unsigned>(token & tag_mask);
@@ -84,15 +110,16 @@ class LifetimeTable {
   };
   LaneCounts fold_lanes(std::uint32_t used) noexcept;
 
-  // The live record of `token`, or nullptr once released (or cleared).
-  LeaseRecord* active_lease(std::uint64_t token);
+  // The active lease `token`, granted under the gate or in a lane; nothing
+  // once released (or cleared) or pending.
+  std::optional<ActiveLease> active_lease(std::uint64_t token);
   const HoldRecord* hold(std::uint64_t token) const;
   const ReservationRecord* reservation(std::uint64_t token) const;
 
   // Ends the reads of `lease`, the active lease `token`, at once (host
   // leases, and leases with nothing to wait for): its protection ends and its
   // record goes.
-  void end_reads(std::uint64_t token, LeaseRecord& lease);
+  void end_reads(std::uint64_t token, const ActiveLease& lease);
   // Ends the reads of the active `lease` but keeps it protecting, pending on
   // `events` (which may be empty: then nothing ever proves completion, and it
   // protects until a forced close).
@@ -147,7 +174,7 @@ class LifetimeTable {
 
   static constexpr std::size_t ended_capacity = 8;
   struct alignas(cache_line_bytes) Lane {
-    TokenTable<LeaseRecord> leases;
+    TokenTable<LaneLease> leases;
     // Leases with tokens up to this one are counted in their use counts.
     std::uint64_t counted_through = 0;
     std::uint64_t versions = 0;  // since the last fold
@@ -155,19 +182,13 @@ class LifetimeTable {
     // Counted leases ended since the last fold, whose use the fold uncounts:
     // the value and location of each (the records stay put until then: only
     // the gate's holder removes materializations, after folding).
-    std::array<std::pair<ValueRecord*, ResidencyLocation>, ended_capacity> ended{};
+    std::array<LaneLease, ended_capacity> ended{};
     std::size_t ended_count = 0;
   };
 
   std::size_t reap_pending(DeviceRuntime& runtime);
   std::uint64_t next_gate_token() { return next_serial_++ << tag_bits; }
   static std::uint64_t lane_token(unsigned lane, std::uint64_t serial) { return (serial << tag_bits) | (lane + 1); }
-
-  // The table `token` lives in.
-  TokenTable<LeaseRecord>& leases_of(std::uint64_t token) {
-    const unsigned lane = lane_of(token);
-    return lane == lane_count ? leases_ : lanes_[lane].leases;
-  }
 
   std::uint64_t next_serial_ = 1;
   std::size_t pending_leases_ = 0;
