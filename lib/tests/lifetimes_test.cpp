@@ -50,6 +50,38 @@ TEST_F(LeaseFixture, AcquireIsAtomicAndNeverMaterializes) {
   EXPECT_EQ(manager.state_version(), version);
 }
 
+// A host lease of one value is granted in a lane of the state gate; the
+// calls on it that take the gate (a consumer stream, a handle it does not
+// cover, an abandonment) find it there like a lease granted under the gate.
+TEST_F(LeaseFixture, AHostLeaseOfOneValueAnswersCallsUnderTheGateLikeAnyOther) {
+  const ResidentValue expected = make_value(8, 1.0f);  // a's value
+  ResidencyLease lease = manager.acquire({a}, PAGEABLE_HOST);
+  try {
+    lease.add_consumer_stream(runtime.stream(0));
+    ADD_FAILURE() << "a host lease took a consumer stream";
+  } catch (const std::invalid_argument& error) {
+    EXPECT_NE(std::string(error.what()).find("does not use CUDA streams"), std::string::npos) << error.what();
+  }
+  try {
+    lease.value(b);
+    ADD_FAILURE() << "a lease read a value it does not cover";
+  } catch (const std::invalid_argument& error) {
+    EXPECT_NE(std::string(error.what()).find("not covered by this lease"), std::string::npos) << error.what();
+  }
+  EXPECT_TRUE(lease.value(a).fields().front().second.equal(expected.fields().front().second));
+  EXPECT_EQ(at(a, PAGEABLE_HOST).use_count, 1);
+  EXPECT_THROW(manager.drop(a, PAGEABLE_HOST), ResidencyInUseError);
+  lease.release();
+  EXPECT_EQ(at(a, PAGEABLE_HOST).use_count, 0);
+  EXPECT_THROW(lease.value(a), ResidencyLifetimeClosedError);
+  { ResidencyLease abandoned = manager.acquire({a}, PAGEABLE_HOST); }
+  EXPECT_EQ(at(a, PAGEABLE_HOST).use_count, 0);
+  const std::vector<std::string> diagnostics = manager.diagnostics();
+  ASSERT_EQ(diagnostics.size(), 1u);
+  EXPECT_NE(diagnostics.front().find("abandoned"), std::string::npos) << diagnostics.front();
+  EXPECT_NO_THROW(manager.drop(a, PAGEABLE_HOST));
+}
+
 TEST_F(LeaseFixture, RepeatedHandlesCountOnceInLargeRequestsToo) {
   std::vector<ResidencyHandle> many;
   for (int i = 0; i < 40; ++i) many.push_back(manager.adopt(make_value(1, static_cast<float>(i))));
