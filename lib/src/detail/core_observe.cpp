@@ -66,11 +66,6 @@ void ManagerCore::require_open_locked() const {
   if (closed_) throw ResidencyClosedError("residency manager '" + manager_id_ + "' is closed");
 }
 
-std::int64_t ManagerCore::clock_locked() {
-  last_clock_ns_ = std::max(last_clock_ns_, runtime_->now_ns());
-  return last_clock_ns_;
-}
-
 void ManagerCore::diagnose_locked(std::string message) {
   if (diagnostic_sink_) {
     try {

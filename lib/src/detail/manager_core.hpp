@@ -27,6 +27,7 @@
 // *_locked helpers require it held.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <exception>
@@ -172,7 +173,12 @@ class ManagerCore : public std::enable_shared_from_this<ManagerCore> {
   // Control state.
   void require_open_locked() const;
   void bump_locked() { ++state_version_; }
-  std::int64_t clock_locked();
+  // The runtime's time, never earlier than a reading before it. Inline: a
+  // primitive's report reads it twice.
+  std::int64_t clock_locked() {
+    last_clock_ns_ = std::max(last_clock_ns_, runtime_->now_ns());
+    return last_clock_ns_;
+  }
   void diagnose_locked(std::string message);
   void require_expected_version_locked(std::optional<std::uint64_t> expected) const;
   void check_streams_locked(const TransferStreams& streams) const;

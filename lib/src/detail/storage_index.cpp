@@ -6,7 +6,7 @@
 
 namespace fhelium::residency::detail {
 
-std::uint32_t StorageIndex::mix(const StorageKey& key) noexcept {
+[[gnu::always_inline]] inline std::uint32_t StorageIndex::mix(const StorageKey& key) noexcept {
   // Storage addresses are aligned: mix every bit into the top ones and keep
   // those.
   std::uint64_t mixed = static_cast<std::uint64_t>(key.address) ^
@@ -16,7 +16,7 @@ std::uint32_t StorageIndex::mix(const StorageKey& key) noexcept {
   return static_cast<std::uint32_t>(mixed >> 32);
 }
 
-std::size_t StorageIndex::probe(const StorageKey& key, std::uint32_t hash) const noexcept {
+[[gnu::always_inline]] inline std::size_t StorageIndex::probe(const StorageKey& key, std::uint32_t hash) const noexcept {
   const std::size_t mask = slots_.size() - 1;
   std::size_t slot = hash & mask;
   while (slots_[slot].used() && !slots_[slot].holds(key, hash)) slot = (slot + 1) & mask;

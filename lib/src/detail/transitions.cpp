@@ -116,8 +116,8 @@ void Transitions::raise_refusal(const ValueRecord& record, const TransitionDecis
   FHELIUM_CHECK(false, "a refused transition raised nothing");
 }
 
-void Transitions::apply(ValueRecord& record, const TransitionDecision& decision,
-                        const std::optional<c10::Stream>& stream) {
+[[gnu::always_inline]] inline void Transitions::apply(ValueRecord& record, const TransitionDecision& decision,
+                                                      const std::optional<c10::Stream>& stream) {
   if (decision.changes_nothing()) return;
   if (decision.discard) {
     discard(record);
@@ -152,7 +152,7 @@ void Transitions::copy_in(ValueRecord& record, const ResidentValue& from, const 
   install(record, destination, std::move(copy), allow_exclusive_transition);
 }
 
-void Transitions::load_in(ValueRecord& record, const ResidencyLocation& destination,
+[[gnu::always_inline]] inline void Transitions::load_in(ValueRecord& record, const ResidencyLocation& destination,
                           const std::optional<c10::Stream>& stream, bool allow_exclusive_transition) {
   const ResidencyLocation location = *record.source_location;
   const std::int64_t charge = record.spec.storage_nbytes;
@@ -185,7 +185,7 @@ void Transitions::install(ValueRecord& record, const ResidencyLocation& location
   install(record, record.materializations.emplace_back(location, [&] { return std::move(value); }));
 }
 
-void Transitions::require_new(const ValueRecord& record, const ResidencyLocation& location,
+[[gnu::always_inline]] inline void Transitions::require_new(const ValueRecord& record, const ResidencyLocation& location,
                               bool allow_exclusive_transition) const {
   FHELIUM_CHECK(record.at(location) == nullptr, "materialization installed twice");
   if (record.spec.replica_mode == ReplicaMode::exclusive && !record.materializations.empty() &&
@@ -242,7 +242,7 @@ void Transitions::require_removable(const ValueRecord& record, const Materializa
                             ", pending_events=" + std::to_string(item.pending_count));
 }
 
-ResidentValue Transitions::run_source(ValueRecord& record) {
+[[gnu::always_inline]] inline ResidentValue Transitions::run_source(ValueRecord& record) {
   gate_.set_loading(true);
   ScopeExit done([&] { gate_.set_loading(false); });
   return record.source->load();
