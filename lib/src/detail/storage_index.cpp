@@ -6,6 +6,8 @@
 
 namespace fhelium::residency::detail {
 
+// mix() and probe() are inline in the lookups that use them: every claim and
+// release of a materialization's storage makes one.
 [[gnu::always_inline]] inline std::uint32_t StorageIndex::mix(const StorageKey& key) noexcept {
   // Storage addresses are aligned: mix every bit into the top ones and keep
   // those.

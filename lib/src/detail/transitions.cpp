@@ -116,6 +116,9 @@ void Transitions::raise_refusal(const ValueRecord& record, const TransitionDecis
   FHELIUM_CHECK(false, "a refused transition raised nothing");
 }
 
+// Inline in its two callers, as load_in, require_new and run_source are in
+// theirs: steps every transition takes, called from this file only, whose
+// calls cost more than their bodies save in code size.
 [[gnu::always_inline]] inline void Transitions::apply(ValueRecord& record, const TransitionDecision& decision,
                                                       const std::optional<c10::Stream>& stream) {
   if (decision.changes_nothing()) return;
