@@ -1523,6 +1523,32 @@ TEST(Ring, KeepsTheLastItemsOldestFirstAndOverwritesSlotsInPlace) {
   EXPECT_EQ(large.items(), std::vector<int>{7});
 }
 
+TEST(Ring, KeepsItsItemsInPlaceAcrossBlocks) {
+  // A capacity that ends inside a block, filled and wrapped several times.
+  const std::size_t capacity = 2 * Ring<int>::block_slots + 44;
+  Ring<int> ring(capacity);
+  std::vector<const int*> addresses;
+  for (int item = 0; item < static_cast<int>(capacity); ++item) {
+    ring.push(item);
+    if (item == 0) ring.for_each([&](const int& kept) { addresses.push_back(&kept); });
+  }
+  // Filling the ring moved none of the items it already kept.
+  std::vector<const int*> now;
+  ring.for_each([&](const int& kept) { now.push_back(&kept); });
+  ASSERT_EQ(now.size(), capacity);
+  EXPECT_EQ(now.front(), addresses.front());
+  const int pushes = static_cast<int>(capacity * 3 + 17);
+  for (int item = static_cast<int>(capacity); item < pushes; ++item) ring.push(item);
+  std::vector<int> expected;
+  for (int item = pushes - static_cast<int>(capacity); item < pushes; ++item) expected.push_back(item);
+  EXPECT_EQ(ring.items(), expected);
+  EXPECT_EQ(ring.size(), capacity);
+  ring.clear();
+  EXPECT_EQ(ring.size(), 0u);
+  ring.push(5);
+  EXPECT_EQ(ring.items(), std::vector<int>{5});
+}
+
 TEST(Ring, FillsSlotsInPlaceAndAFillThatThrowsKeepsNothing) {
   Ring<std::string> ring(2);
   ring.push_in_place([](std::string& slot) {
