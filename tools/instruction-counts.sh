@@ -90,4 +90,7 @@ done | awk -v cache="$cache" '
     # Its drops release a value each: the bookkeeping alone, without them.
     row("  and above the releases", per[x] - 0.5 * (per[l] + per[r]), i1[x] - 0.5 * (i1[l] + i1[r]),
         d1[x] - 0.5 * (d1[l] + d1[r]))
+    # One push into a full trace ring (the end-to-end workloads run untraced).
+    t = "noop_ensure_traced"; u = "noop_ensure"
+    row("trace push, ring full", per[t] - per[u], i1[t] - i1[u], d1[t] - d1[u])
   }'

@@ -5,6 +5,7 @@
 #include <variant>
 
 #include "detail/check.hpp"
+#include "detail/handle_text.hpp"
 #include "detail/record_assembly.hpp"
 
 namespace fhelium::residency::detail {
@@ -16,25 +17,25 @@ static_assert(std::is_same_v<std::variant_alternative_t<2, ResidencyAction>, Dro
 static_assert(std::is_same_v<std::variant_alternative_t<3, ResidencyAction>, DiscardValue>);
 
 void TraceRecord::assign(const ResidencyTransitionReport& report, std::uint64_t serial_, const char* reason_) {
-  FHELIUM_CHECK(report.reason.has_value() == (reason_ != nullptr) && (reason_ == nullptr || *report.reason == reason_),
-                "a trace record's reason is not its report's");
+  // The one caller builds the report's reason from `reason_` itself.
+  FHELIUM_CHECK(report.reason.has_value() == (reason_ != nullptr), "a trace record's reason is not its report's");
   serial = serial_;
-  value_type = action_handle(report.action).value_type;
+  // A full ring overwrites records of values mostly of the same few types:
+  // the type is copied only when it differs from the slot's.
+  const std::string& type = action_handle(report.action).value_type;
+  if (!same_text(value_type, type)) value_type = type;
   action_index = report.action.index();
   from_location.reset();
-  std::visit(
-      [&](const auto& typed) {
-        using T = std::decay_t<decltype(typed)>;
-        if constexpr (std::is_same_v<T, EnsureResident> || std::is_same_v<T, DropResident>) {
-          location = typed.location;
-        } else if constexpr (std::is_same_v<T, MoveResident>) {
-          location = typed.to;
-          from_location = typed.from_location;
-        } else {
-          location = ResidencyLocation();
-        }
-      },
-      report.action);
+  if (const auto* ensure = std::get_if<EnsureResident>(&report.action)) {
+    location = ensure->location;
+  } else if (const auto* drop = std::get_if<DropResident>(&report.action)) {
+    location = drop->location;
+  } else if (const auto* move = std::get_if<MoveResident>(&report.action)) {
+    location = move->to;
+    from_location = move->from_location;
+  } else {
+    location = ResidencyLocation();
+  }
   no_op = report.no_op;
   source = report.source;
   destination = report.destination;
