@@ -183,23 +183,24 @@ void value_workloads() {
 }
 
 // What the trace ring adds to a transition: the end-to-end workloads run
-// with it off (fresh_manager), a manager's default keeps the last 4096
-// reports. The same no-op ensure counted untraced and traced, the traced
-// manager's ring already full (every push overwrites the oldest record, as
-// in a long-lived manager): the difference is one record's push.
+// with it off (fresh_manager), while a manager with default options keeps
+// the last ManagerOptions().trace_capacity reports. The same no-op ensure is
+// counted untraced and traced, the traced manager's ring already full
+// (every push overwrites the oldest record, as in a long-lived manager):
+// the difference is one record's push.
 void trace_workloads() {
+  const std::int64_t ring = ManagerOptions().trace_capacity;
   for (const bool traced : {false, true}) {
-    ManagerOptions options;
-    if (!traced) options.trace_capacity = 0;
-    ResidencyManager manager(std::move(options));
-    const ResidencyHandle handle = manager.adopt(fresh_values(1)[0], PAGEABLE_HOST);
+    auto manager = traced ? std::make_unique<ResidencyManager>() : fresh_manager();
+    const ResidencyHandle handle = manager->adopt(fresh_values(1)[0], PAGEABLE_HOST);
     const auto ensure_all = [&](std::int64_t times) {
-      for (std::int64_t i = 0; i < times; ++i) manager.ensure(handle, PAGEABLE_HOST);
+      for (std::int64_t i = 0; i < times; ++i) manager->ensure(handle, PAGEABLE_HOST);
     };
-    ensure_all(5000);  // fills the default ring of 4096
+    ensure_all(ring + 1);  // fills the default ring
     count(traced ? "noop_ensure_traced" : "noop_ensure", batch, [&] { ensure_all(batch); });
-    expect(manager.trace().size() == (traced ? 4096u : 0u), "the ring is full when traced, empty when not");
-    expect(manager.ensure(handle, PAGEABLE_HOST).no_op, "the ensure changes nothing");
+    expect(manager->trace().size() == static_cast<std::size_t>(traced ? ring : 0),
+           "the ring is full when traced, empty when not");
+    expect(manager->ensure(handle, PAGEABLE_HOST).no_op, "the ensure changes nothing");
   }
 }
 

@@ -1527,16 +1527,20 @@ TEST(Ring, KeepsItsItemsInPlaceAcrossBlocks) {
   // A capacity that ends inside a block, filled and wrapped several times.
   const std::size_t capacity = 2 * Ring<int>::block_slots + 44;
   Ring<int> ring(capacity);
-  std::vector<const int*> addresses;
-  for (int item = 0; item < static_cast<int>(capacity); ++item) {
-    ring.push(item);
-    if (item == 0) ring.for_each([&](const int& kept) { addresses.push_back(&kept); });
-  }
-  // Filling the ring moved none of the items it already kept.
-  std::vector<const int*> now;
-  ring.for_each([&](const int& kept) { now.push_back(&kept); });
-  ASSERT_EQ(now.size(), capacity);
-  EXPECT_EQ(now.front(), addresses.front());
+  const auto addresses = [&] {
+    std::vector<const int*> result;
+    ring.for_each([&](const int& kept) { result.push_back(&kept); });
+    return result;
+  };
+  // Half the ring kept (past the first block), then the rest pushed: the
+  // items already kept did not move.
+  const int half = static_cast<int>(capacity / 2);
+  for (int item = 0; item < half; ++item) ring.push(item);
+  const std::vector<const int*> before = addresses();
+  for (int item = half; item < static_cast<int>(capacity); ++item) ring.push(item);
+  const std::vector<const int*> after = addresses();
+  ASSERT_EQ(after.size(), capacity);
+  EXPECT_TRUE(std::equal(before.begin(), before.end(), after.begin()));
   const int pushes = static_cast<int>(capacity * 3 + 17);
   for (int item = static_cast<int>(capacity); item < pushes; ++item) ring.push(item);
   std::vector<int> expected;

@@ -483,6 +483,22 @@ TEST(Trace, RebuildsEveryReportItsCallsReturned) {
   EXPECT_EQ(manager.trace(), before_close);  // the handles are rebuilt without the value records
 }
 
+// A full ring overwrites its records in place: a record reused for a value of
+// another type (longer or shorter, or of the same length) takes that type.
+TEST(Trace, AnOverwrittenRecordTakesItsNewValuesType) {
+  ResidencyManager manager(ManagerOptions{{}, 1, std::make_shared<harness::SimulatedRuntime>(), {}});
+  std::vector<ResidencyHandle> handles;
+  for (const char* type : {"Blob", "KvCache", "Blob", "Bias", "AttentionWeightsLongName", "Blob"}) {
+    handles.push_back(manager.adopt(make_value(2, 1.0f, type)));
+  }
+  for (const ResidencyHandle& handle : handles) {
+    const ResidencyTransitionReport again = manager.ensure(handle, PAGEABLE_HOST);  // a no-op, traced
+    ASSERT_EQ(manager.trace().size(), 1u);
+    EXPECT_EQ(manager.trace().front(), again) << handle.value_type;
+    EXPECT_EQ(action_handle(manager.trace().front().action).value_type, handle.value_type);
+  }
+}
+
 // A runtime whose clock reads back in time at every other reading, as a
 // system clock stepped back (or a counter clock re-anchored to it) would.
 class SteppingBackClock final : public harness::ForwardingRuntime {

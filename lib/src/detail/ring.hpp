@@ -93,7 +93,8 @@ class Ring {
   ~Ring() { clear(); }
 
  private:
-  T& at(std::size_t index) const noexcept { return blocks_[index / block_slots][index % block_slots]; }
+  T& at(std::size_t index) noexcept { return blocks_[index / block_slots][index % block_slots]; }
+  const T& at(std::size_t index) const noexcept { return blocks_[index / block_slots][index % block_slots]; }
   // Slots in block `block`: block_slots, or fewer where the capacity ends sooner.
   std::size_t block_size(std::size_t block) const noexcept {
     return std::min(block_slots, capacity_ - block * block_slots);
