@@ -288,6 +288,46 @@ void BM_TorchExecuteActionsPaired(benchmark::State& state) {
 }
 BENCHMARK(BM_TorchExecuteActionsPaired)->UseManualTime();
 
+// Rounds of ensuring and then dropping the same 1000 source-backed values in
+// one long-lived manager, as a program that streams its values through host
+// memory does.
+struct SourceRounds {
+  std::unique_ptr<ResidencyManager> manager;
+  std::vector<ResidencyHandle> handles;
+
+  explicit SourceRounds(ManagerOptions options)
+      : manager(std::make_unique<ResidencyManager>(std::move(options))) {
+    const auto source = clone_source(template_tensor());
+    for (std::int64_t i = 0; i < batch; ++i) {
+      handles.push_back(manager->register_source(source_spec(), source, PAGEABLE_HOST));
+    }
+  }
+
+  void run() {
+    for (const auto& handle : handles) benchmark::DoNotOptimize(manager->ensure(handle, PAGEABLE_HOST));
+    for (const auto& handle : handles) benchmark::DoNotOptimize(manager->drop(handle, PAGEABLE_HOST));
+  }
+};
+
+// The rounds in a manager with the default options, whose trace ring keeps
+// every transition, paired with the same rounds in an untraced manager:
+// `above_untraced_ns` is what the default trace adds per transition once its
+// ring is full and every record overwrites the oldest (the steady state of a
+// long-lived manager; the BM_Torch benchmarks above run untraced).
+void BM_TorchDefaultTracePaired(benchmark::State& state) {
+  SourceRounds traced{ManagerOptions()};
+  ManagerOptions untraced_options;
+  untraced_options.trace_capacity = 0;
+  SourceRounds untraced{std::move(untraced_options)};
+  // Two transitions a value a round: fill the ring, and then some.
+  const std::int64_t ring = ManagerOptions().trace_capacity;
+  for (std::int64_t kept = 0; kept <= ring; kept += 2 * batch) traced.run();
+  untraced.run();
+  Paired paired(state, "untraced");
+  while (state.KeepRunningBatch(2 * batch)) paired.run([&] { traced.run(); }, [&] { untraced.run(); });
+}
+BENCHMARK(BM_TorchDefaultTracePaired)->UseManualTime();
+
 // A 64 MiB source-backed ensure against the raw clone of the same bytes.
 constexpr std::int64_t large_elements = (64 << 20) / 8;
 
