@@ -86,6 +86,16 @@ ResidencyHandle ResidencyManager::register_source(ResidencyValueSpec spec, std::
   return register_source(std::move(spec), make_source(std::move(load)), source_location);
 }
 
+// [[gnu::hot]] marks the functions that ensure, drop and execute_actions run
+// in this library (these three, the core's transition steps, the dry run, the
+// value table's claims, the storage index, the clock, the runtimes' checks):
+// GCC places them side by side in .text.hot instead of among the cold code of
+// their files, so the code a plan runs between two loads spans fewer cache
+// lines. Under callgrind's cache simulation (tools/instruction-counts.sh
+// --cache) execute_actions went from 48.5 to 29.9 instruction-cache misses
+// per action above the loads and an ensure from 147.9 to 140.2, at the same
+// instruction counts.
+[[gnu::hot]]
 ResidencyTransitionReport ResidencyManager::ensure(const ResidencyHandle& handle, const ResidencyLocation& at,
                                                    std::optional<c10::Stream> stream) {
   return observe_call(
@@ -111,6 +121,7 @@ ResidencyTransitionReport ResidencyManager::move(const ResidencyHandle& handle, 
       [&] { return core_->run_action<MoveResident>(stream, handle, to, from_location); }, note_report);
 }
 
+[[gnu::hot]]
 ResidencyTransitionReport ResidencyManager::drop(const ResidencyHandle& handle, const ResidencyLocation& at) {
   return observe_call(
       *core_, [&] { return transition(ObservedCall::drop, handle, at, std::nullopt); },
@@ -123,6 +134,7 @@ ResidencyTransitionReport ResidencyManager::discard(const ResidencyHandle& handl
       [&] { return core_->run_action<DiscardValue>(std::nullopt, handle); }, note_report);
 }
 
+[[gnu::hot]]
 ResidencyPlanReport ResidencyManager::execute_actions(const std::vector<ResidencyAction>& actions,
                                                       const std::string& name, const TransferStreams& transfer_streams,
                                                       std::optional<std::uint64_t> expected_state_version) {

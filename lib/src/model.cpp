@@ -93,7 +93,7 @@ namespace {
 class CallableSource final : public ResidencySource {
  public:
   explicit CallableSource(std::function<ResidentValue()> load) : load_(std::move(load)) {}
-  ResidentValue load() override { return load_(); }
+  [[gnu::hot]] ResidentValue load() override { return load_(); }
 
  private:
   std::function<ResidentValue()> load_;

@@ -6,6 +6,7 @@
 
 namespace fhelium::residency {
 
+[[gnu::hot]]
 void DeviceRuntime::check_location(const ResidencyLocation& location) const {
   if (!location.is_cuda()) return;
   const int count = cuda_device_count();
@@ -38,12 +39,14 @@ ResidentValue DeviceRuntime::copy_to(const ResidentValue& value, const Residency
   return do_copy_to(value, destination, stream);
 }
 
+[[gnu::hot]]
 bool DeviceRuntime::occupies(const ResidentValue& value, const ResidencyLocation& location) const {
   if (value.fields().empty()) return true;
   const auto actual = locate(value);
   return actual && *actual == location;
 }
 
+[[gnu::hot]]
 StorageKeys DeviceRuntime::do_storage_keys(const ResidentValue& value) const {
   return StorageKeys(value.storage_keys());
 }

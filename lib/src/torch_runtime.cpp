@@ -97,6 +97,7 @@ ResidentValue TorchRuntime::do_copy_to(const ResidentValue& value, const Residen
   return value.with_tensors(std::move(tensors));
 }
 
+[[gnu::hot]]
 std::optional<ResidencyLocation> TorchRuntime::do_locate(const ResidentValue& value) const {
   std::optional<ResidencyLocation> found;
   for (const auto& field : value.fields()) {
@@ -143,6 +144,7 @@ std::optional<AllocatorStats> TorchRuntime::do_allocator_stats(const c10::Device
 #endif
 }
 
+[[gnu::hot]]
 std::int64_t TorchRuntime::do_now_ns() {
   // The counter-based clock where the CPU and kernel vouch for the counter
   // (detail/unix_clock.hpp); FHELIUM_RESIDENCY_CLOCK=system turns it off.

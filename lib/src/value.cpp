@@ -22,6 +22,7 @@ void require_new_name(detail::FirstSeen<std::string_view>& seen, const std::stri
 
 }  // namespace
 
+[[gnu::hot]]
 ResidentValue::ResidentValue(std::string type_name, std::vector<Field> fields, std::vector<Attribute> attributes)
     : type_name_(std::move(type_name)), fields_(std::move(fields)), attributes_(std::move(attributes)) {
   // Blank as every non-empty text check means it: the type name becomes the

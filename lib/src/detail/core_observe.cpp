@@ -62,6 +62,7 @@ void ManagerCore::StateAccess::refuse(StateGate::Entry entry) const {
                                  "' was re-entered from a callback of one of its own operations");
 }
 
+[[gnu::hot]]
 void ManagerCore::require_open_locked() const {
   if (closed_) throw ResidencyClosedError("residency manager '" + manager_id_ + "' is closed");
 }

@@ -145,6 +145,7 @@ ResidencyPlanExplanation ManagerCore::explain(const ResidencyPlan& plan, std::op
                                   std::move(run.failure));
 }
 
+[[gnu::hot]]
 ResidencyPlanReport ManagerCore::execute_actions(const std::vector<ResidencyAction>& actions, const std::string& name,
                                                  const TransferStreams& streams,
                                                  std::optional<std::uint64_t> expected) {

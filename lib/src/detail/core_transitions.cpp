@@ -59,6 +59,7 @@ ResidencyHandle ManagerCore::register_source(ResidencyValueSpec&& spec, std::sha
 }
 
 template <class Action, class... Fields>
+[[gnu::hot]]
 ResidencyTransitionReport ManagerCore::run_action(const std::optional<c10::Stream>& stream, const Fields&... fields) {
 #if defined(__cpp_aggregate_paren_init)
   // The action (an aggregate) built in place from the fields: building it
@@ -90,6 +91,7 @@ template ResidencyTransitionReport ManagerCore::run_action<DropResident>(const s
 template ResidencyTransitionReport ManagerCore::run_action<DiscardValue>(const std::optional<c10::Stream>&,
                                                                          const ResidencyHandle&);
 
+[[gnu::hot]]
 void ManagerCore::run_locked(ResidencyTransitionReport& report, const std::optional<c10::Stream>& stream,
                              const PlanDryRun::Step* planned, std::optional<std::int64_t> started_at_ns) {
   const ResidencyAction& action = report.action;
@@ -130,6 +132,7 @@ void ManagerCore::run_locked(ResidencyTransitionReport& report, const std::optio
   trace_.push_in_place([&](TraceRecord& slot) { slot.assign(report, record.serial, decision.no_op); });
 }
 
+[[gnu::hot]]
 void ManagerCore::append_run_locked(std::vector<ResidencyTransitionReport>& reports, const ResidencyAction& action,
                                     const std::optional<c10::Stream>& stream, const PlanDryRun::Step* planned,
                                     std::optional<std::int64_t> started_at_ns) {

@@ -150,6 +150,7 @@ void erase(ShadowLocations& locations, const ResidencyLocation& location) {
 
 }  // namespace
 
+[[gnu::hot]]
 PlanDryRun::Result PlanDryRun::run(const PlanActions& actions,
                                    const std::vector<MemoryReservation>& reservations, std::size_t reservations_after,
                                    std::vector<ResidencyActionExplanation>* explanations) {

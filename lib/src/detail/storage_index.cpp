@@ -31,6 +31,7 @@ const StorageIndex::Owner* StorageIndex::find(const StorageKey& key) const noexc
   return slot.used() ? &slot.owner : nullptr;
 }
 
+[[gnu::hot]]
 bool StorageIndex::insert(const StorageKey& key, Owner owner) {
   FHELIUM_CHECK(owner.record != nullptr, "a storage claimed without an owner");
   if ((size_ + 1) * 2 > slots_.size()) grow();
@@ -42,6 +43,7 @@ bool StorageIndex::insert(const StorageKey& key, Owner owner) {
   return true;
 }
 
+[[gnu::hot]]
 bool StorageIndex::erase(const StorageKey& key) noexcept {
   if (size_ == 0) return false;
   const std::size_t mask = slots_.size() - 1;

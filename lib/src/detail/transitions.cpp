@@ -46,6 +46,7 @@ class RecordView {
 
 }  // namespace
 
+[[gnu::hot]]
 void Transitions::check_arguments(const ResidencyAction& action, const std::optional<c10::Stream>& stream) const {
   std::visit(
       [&](const auto& typed) {
@@ -65,6 +66,7 @@ void Transitions::check_arguments(const ResidencyAction& action, const std::opti
       action);
 }
 
+[[gnu::hot]]
 TransitionDecision Transitions::decide_and_apply(const ResidencyAction& action, ValueRecord& record,
                                                  const std::optional<c10::Stream>& stream) {
   TransitionDecision decision = decide_transition(action, RecordView(record));
@@ -73,6 +75,7 @@ TransitionDecision Transitions::decide_and_apply(const ResidencyAction& action, 
   return decision;
 }
 
+[[gnu::hot]]
 TransitionDecision Transitions::apply_planned(const TransitionDecision& planned, const ResidencyAction& action,
                                               ValueRecord& record, const std::optional<c10::Stream>& stream) {
   FHELIUM_CHECK(!planned.refused(), "a refused action passed its preflight");
@@ -90,6 +93,7 @@ TransitionDecision Transitions::apply_planned(const TransitionDecision& planned,
   return planned;
 }
 
+[[gnu::hot]]
 void Transitions::register_location(const ResidencyLocation& location) {
   if (ledger_.register_location(location)) bump();
 }
@@ -182,6 +186,7 @@ void Transitions::copy_in(ValueRecord& record, const ResidentValue& from, const 
   release.dismiss();
 }
 
+[[gnu::hot]]
 void Transitions::install(ValueRecord& record, const ResidencyLocation& location, ResidentValue&& value,
                           bool allow_exclusive_transition) {
   require_new(record, location, allow_exclusive_transition);
@@ -198,6 +203,7 @@ void Transitions::install(ValueRecord& record, const ResidencyLocation& location
 }
 
 template <bool reserved>
+[[gnu::hot]]
 void Transitions::install(ValueRecord& record, Materialization& item) {
   // Until every check has passed, a refusal takes the materialization out
   // again (the last one: nothing was added after it).
@@ -223,6 +229,7 @@ void Transitions::install(ValueRecord& record, Materialization& item) {
   bump();
 }
 
+[[gnu::hot]]
 void Transitions::remove(ValueRecord& record, const ResidencyLocation& location) {
   auto& items = record.materializations;
   for (auto it = items.begin(); it != items.end(); ++it) {
@@ -251,6 +258,7 @@ void Transitions::require_removable(const ValueRecord& record, const Materializa
   return record.source->load();
 }
 
+[[gnu::hot]]
 Transitions::Loaded Transitions::load(ValueRecord& record, const ResidencyLocation& location) {
   Loaded loaded{run_source(record), {}};
   validate(record.spec, loaded.value, location);
@@ -258,6 +266,7 @@ Transitions::Loaded Transitions::load(ValueRecord& record, const ResidencyLocati
   return loaded;
 }
 
+[[gnu::hot]]
 void Transitions::validate(const ResidencyValueSpec& spec, const ResidentValue& value,
                                                   const ResidencyLocation& location) const {
   if (!same_text(value.type_name(), spec.value_type)) {

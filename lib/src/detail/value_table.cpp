@@ -62,6 +62,7 @@ void ValueTable::raise_aliased(const StorageKey& key, const StorageIndex::Owner&
                                 owner.location.name());
 }
 
+[[gnu::hot]]
 void ValueTable::claim(std::span<const StorageKey> keys, const ValueRecord& owner,
                        const ResidencyLocation& location) {
   for (std::size_t index = 0; index < keys.size(); ++index) {
@@ -71,6 +72,7 @@ void ValueTable::claim(std::span<const StorageKey> keys, const ValueRecord& owne
   }
 }
 
+[[gnu::hot]]
 void ValueTable::unclaim(std::span<const StorageKey> keys) {
   for (const auto& key : keys) {
     const bool erased = storage_owners_.erase(key);
