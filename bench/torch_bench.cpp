@@ -323,6 +323,10 @@ void BM_TorchDefaultTracePaired(benchmark::State& state) {
   const std::int64_t ring = ManagerOptions().trace_capacity;
   for (std::int64_t kept = 0; kept <= ring; kept += 2 * batch) traced.run();
   untraced.run();
+  if (static_cast<std::int64_t>(traced.manager->trace().size()) != ring || !untraced.manager->trace().empty()) {
+    state.SkipWithError("the default manager's trace ring is not full, or the untraced manager keeps a trace");
+    return;
+  }
   Paired paired(state, "untraced");
   while (state.KeepRunningBatch(2 * batch)) paired.run([&] { traced.run(); }, [&] { untraced.run(); });
 }

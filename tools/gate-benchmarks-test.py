@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The gate's reading of benchmark results: with repetitions the median of
 each run is what the targets and the complexity fits see (not the last
-repetition, not the mean); `above` subtracts a share of another benchmark,
+repetition, not the mean); a benchmark that stopped with an error fails the
+gate by name and measures nothing; `above` subtracts a share of another benchmark,
 `or_within_ns_of` passes a target missed outright when the benchmark is
 close enough to its reference, `above_counter` and `or_within_counter` read
 the median of a counter the benchmark reports (a baseline it timed in the
@@ -29,6 +30,14 @@ def run(name, ns_per_item, repetition=None, aggregate=None):
     if aggregate is not None:
         row["aggregate_name"] = aggregate
     return row
+
+
+def errored(name, message, repetition):
+    """A repetition of a benchmark that stopped with SkipWithError, as Google
+    Benchmark writes it: a time of 0, no rate, no aggregates."""
+    return {"name": name, "run_name": name, "run_type": "iteration", "repetition_index": repetition,
+            "error_occurred": True, "error_message": message, "iterations": 1,
+            "real_time": 0.0, "cpu_time": 0.0, "time_unit": "ns"}
 
 
 def repeated(name, samples):
@@ -78,6 +87,11 @@ def main():
     # Linear in the medians; the last repetitions alone would fit N^2.
     for size, samples in [(1000, [1e3, 1e4, 1e2]), (10000, [1e4, 1e3, 1e5]), (100000, [1e5, 1e4, 1e6])]:
         benchmarks += repeated(f"BM_Scan/{size}", samples)
+    # Runs that stopped with an error, in every repetition: one that no
+    # threshold names, and one a target names (its rows read 0 ns, which
+    # must not pass for fast).
+    benchmarks += [errored("BM_Broken", "model and manager disagree", index) for index in range(3)]
+    benchmarks += [errored("BM_BrokenTarget", "workload check failed", index) for index in range(3)]
     (work / "bench.json").write_text(json.dumps({"benchmarks": benchmarks}))
 
     thresholds = {
@@ -107,6 +121,7 @@ def main():
             {"benchmark": "BM_PairedSlow/manual_time", "max_ratio": 1.01, "ratio_counter": "ratio_to_clone"},
             {"benchmark": "BM_Large/real_time", "max_ratio": 1.01, "ratio_to": "BM_Clone/real_time"},
             {"benchmark": "BM_Fair/real_time", "max_ratio": 1.01, "ratio_to": "BM_Clone/real_time"},
+            {"benchmark": "BM_BrokenTarget", "max_ns": 100},
         ],
     }
     (work / "thresholds.json").write_text(json.dumps(thresholds))
@@ -155,6 +170,12 @@ def main():
         "fuzz suite fuzz/fuzz-loader": [(True, "1 passed, 0 failed")],
         "fuzz suite fuzz/fuzz-replay": [(False, "0 passed, 1 failed")],
         "fuzz suite fuzz/fuzz-absent": [(False, "missing")],
+        "benchmark BM_Broken": [(False, "error: model and manager disagree")],
+        "benchmark BM_BrokenTarget": [(False, "error: workload check failed")],
+        "benchmark errors": [(False, "2 benchmark(s) stopped with an error")],
+        "target BM_BrokenTarget": [(False, "missing")],
+        # No BM_ManagerMove at all: nothing judged is not a pass.
+        "data movement": [(False, "missing")],
     }
     failures = [f"{name}: expected {want}, got {outcomes.get(name)}" for name, want in expected.items()
                 if outcomes.get(name) != want]

@@ -199,6 +199,7 @@ class Gate {
 
   void benchmarks(const std::string& path, bool update) {
     const json report = read_json(path);
+    errors(report);
     const std::map<std::string, json> runs = measurements(report);
     const auto ns_per_item = [&](const std::string& name) -> std::optional<double> {
       const auto found = runs.find(name);
@@ -258,6 +259,7 @@ class Gate {
     std::map<std::string, json> runs;
     std::map<std::string, json> medians;
     for (const auto& run : report.at("benchmarks")) {
+      if (run.value("error_occurred", false)) continue;  // measured nothing (errors())
       if (run.value("run_type", "iteration") != "aggregate") {
         runs[run.at("name").get<std::string>()] = run;
       } else if (run.value("aggregate_name", "") == "median") {
@@ -266,6 +268,23 @@ class Gate {
     }
     for (auto& [name, median] : medians) runs[name] = std::move(median);
     return runs;
+  }
+
+  // A benchmark that stopped with an error (SkipWithError: a workload check
+  // failed, or a model and the manager disagreed) measured nothing. Its rows
+  // carry a time of 0 and no rate, which a ratio or a fit would read as fast,
+  // and a benchmark no threshold names would not be read at all: each one
+  // fails the gate by name with its message, and measurements() leaves its
+  // rows out, so every check that needs it finds it missing.
+  void errors(const json& report) {
+    std::map<std::string, std::string> failed;  // run name -> message, once per repeated run
+    for (const auto& run : report.at("benchmarks")) {
+      if (!run.value("error_occurred", false)) continue;
+      failed.emplace(run.value("run_name", run.at("name").get<std::string>()), run.value("error_message", ""));
+    }
+    for (const auto& [name, message] : failed) add("benchmark " + name, "error: " + message, "no error", false);
+    add("benchmark errors", failed.empty() ? "none" : std::to_string(failed.size()) + " benchmark(s) stopped with an error",
+        "none", failed.empty());
   }
 
   // Fits time = c * N^k over the benchmark's sizes; linear means k <= max_exponent.
@@ -394,10 +413,12 @@ class Gate {
     const json& limits = thresholds_.at("data_movement");
     const double max_ratio = limits.value("max_ratio", 1.1);
     const long min_bytes = limits.value("min_bytes", 16L << 20);
+    bool judged = false;
     for (const auto& [name, run] : runs) {
       if (name.rfind("BM_ManagerMove/", 0) != 0) continue;
       const std::string size = name.substr(15, name.find('/', 15) - 15);
       if (std::stol(size) < min_bytes) continue;
+      judged = true;
       const auto raw = runs.find("BM_RawCopy/" + size + "/real_time");
       if (raw == runs.end()) {
         add("data movement " + size, "missing raw copy", "present", false);
@@ -406,6 +427,10 @@ class Gate {
       const double ratio = run.at("real_time").get<double>() / raw->second.at("real_time").get<double>();
       add("data movement " + std::to_string(std::stol(size) >> 20) + " MiB", fixed(ratio) + "x raw copy",
           "<= " + fixed(max_ratio) + "x", ratio <= max_ratio);
+    }
+    // No manager move of at least min_bytes measured: nothing was judged.
+    if (!judged) {
+      add("data movement", "missing", "BM_ManagerMove of at least " + std::to_string(min_bytes) + " bytes", false);
     }
   }
 
