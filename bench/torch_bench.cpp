@@ -295,8 +295,7 @@ struct SourceRounds {
   std::unique_ptr<ResidencyManager> manager;
   std::vector<ResidencyHandle> handles;
 
-  explicit SourceRounds(ManagerOptions options)
-      : manager(std::make_unique<ResidencyManager>(std::move(options))) {
+  explicit SourceRounds(std::unique_ptr<ResidencyManager> rounds_manager) : manager(std::move(rounds_manager)) {
     const auto source = clone_source(template_tensor());
     for (std::int64_t i = 0; i < batch; ++i) {
       handles.push_back(manager->register_source(source_spec(), source, PAGEABLE_HOST));
@@ -315,10 +314,8 @@ struct SourceRounds {
 // ring is full and every record overwrites the oldest (the steady state of a
 // long-lived manager; the BM_Torch benchmarks above run untraced).
 void BM_TorchDefaultTracePaired(benchmark::State& state) {
-  SourceRounds traced{ManagerOptions()};
-  ManagerOptions untraced_options;
-  untraced_options.trace_capacity = 0;
-  SourceRounds untraced{std::move(untraced_options)};
+  SourceRounds traced{std::make_unique<ResidencyManager>()};
+  SourceRounds untraced{fresh_manager()};
   // Two transitions a value a round: fill the ring, and then some.
   const std::int64_t ring = ManagerOptions().trace_capacity;
   for (std::int64_t kept = 0; kept <= ring; kept += 2 * batch) traced.run();

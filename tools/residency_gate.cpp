@@ -77,6 +77,10 @@ std::string fixed(double value, int digits = 2) {
   return out.str();
 }
 
+// Whole mebibytes, as the data-movement sizes are (the gate does not link the
+// harness, whose format_bytes rounds to tenths).
+std::string mebibytes(long bytes) { return std::to_string(bytes >> 20) + " MiB"; }
+
 class Gate {
  public:
   explicit Gate(json thresholds) : thresholds_(std::move(thresholds)) {}
@@ -259,7 +263,7 @@ class Gate {
     std::map<std::string, json> runs;
     std::map<std::string, json> medians;
     for (const auto& run : report.at("benchmarks")) {
-      if (run.value("error_occurred", false)) continue;  // measured nothing (errors())
+      if (stopped_with_error(run)) continue;  // measured nothing (errors())
       if (run.value("run_type", "iteration") != "aggregate") {
         runs[run.at("name").get<std::string>()] = run;
       } else if (run.value("aggregate_name", "") == "median") {
@@ -276,10 +280,12 @@ class Gate {
   // and a benchmark no threshold names would not be read at all: each one
   // fails the gate by name with its message, and measurements() leaves its
   // rows out, so every check that needs it finds it missing.
+  static bool stopped_with_error(const json& run) { return run.value("error_occurred", false); }
+
   void errors(const json& report) {
     std::map<std::string, std::string> failed;  // run name -> message, once per repeated run
     for (const auto& run : report.at("benchmarks")) {
-      if (!run.value("error_occurred", false)) continue;
+      if (!stopped_with_error(run)) continue;
       failed.emplace(run.value("run_name", run.at("name").get<std::string>()), run.value("error_message", ""));
     }
     for (const auto& [name, message] : failed) add("benchmark " + name, "error: " + message, "no error", false);
@@ -419,19 +425,17 @@ class Gate {
       const std::string size = name.substr(15, name.find('/', 15) - 15);
       if (std::stol(size) < min_bytes) continue;
       judged = true;
+      const std::string check = "data movement " + mebibytes(std::stol(size));
       const auto raw = runs.find("BM_RawCopy/" + size + "/real_time");
       if (raw == runs.end()) {
-        add("data movement " + size, "missing raw copy", "present", false);
+        add(check, "missing raw copy", "present", false);
         continue;
       }
       const double ratio = run.at("real_time").get<double>() / raw->second.at("real_time").get<double>();
-      add("data movement " + std::to_string(std::stol(size) >> 20) + " MiB", fixed(ratio) + "x raw copy",
-          "<= " + fixed(max_ratio) + "x", ratio <= max_ratio);
+      add(check, fixed(ratio) + "x raw copy", "<= " + fixed(max_ratio) + "x", ratio <= max_ratio);
     }
     // No manager move of at least min_bytes measured: nothing was judged.
-    if (!judged) {
-      add("data movement", "missing", "BM_ManagerMove of at least " + std::to_string(min_bytes) + " bytes", false);
-    }
+    if (!judged) add("data movement", "missing", "BM_ManagerMove of at least " + mebibytes(min_bytes), false);
   }
 
   void contention(const std::map<std::string, json>& runs) {
