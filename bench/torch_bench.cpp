@@ -229,26 +229,6 @@ void BM_TorchSnapshot(benchmark::State& state) {
 }
 BENCHMARK(BM_TorchSnapshot)->Arg(100)->Arg(1000)->Arg(10000)->Arg(100000)->Complexity(benchmark::oN);
 
-// A 1000-action plan: 500 EnsureResident of source-backed values (each a
-// load) and 500 DropResident of source-backed values already resident.
-struct MixedPlan {
-  std::unique_ptr<ResidencyManager> manager = fresh_manager();
-  std::vector<ResidencyAction> actions;
-
-  MixedPlan() {
-    const auto source = clone_source(template_tensor());
-    const ResidencyValueSpec spec = source_spec();
-    for (std::int64_t i = 0; i < batch / 2; ++i) {
-      actions.push_back(EnsureResident{manager->register_source(spec, source, PAGEABLE_HOST), PAGEABLE_HOST});
-    }
-    for (std::int64_t i = 0; i < batch / 2; ++i) {
-      const ResidencyHandle handle = manager->register_source(spec, source, PAGEABLE_HOST);
-      manager->ensure(handle, PAGEABLE_HOST);
-      actions.push_back(DropResident{handle, PAGEABLE_HOST});
-    }
-  }
-};
-
 void BM_TorchExplain(benchmark::State& state) {
   MixedPlan plan;
   const ResidencyPlan whole{"mixed", plan.actions};

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "fhelium/residency.hpp"
 
@@ -37,5 +38,25 @@ inline ResidencyValueSpec source_spec() {
 inline std::shared_ptr<ResidencySource> clone_source(const at::Tensor& original) {
   return make_source([original] { return tensor_value(original.clone()); });
 }
+
+// A 1000-action plan: 500 EnsureResident of source-backed values (each a
+// load) and 500 DropResident of source-backed values already resident.
+struct MixedPlan {
+  std::unique_ptr<ResidencyManager> manager = fresh_manager();
+  std::vector<ResidencyAction> actions;
+
+  MixedPlan() {
+    const auto source = clone_source(template_tensor());
+    const ResidencyValueSpec spec = source_spec();
+    for (std::int64_t i = 0; i < batch / 2; ++i) {
+      actions.push_back(EnsureResident{manager->register_source(spec, source, PAGEABLE_HOST), PAGEABLE_HOST});
+    }
+    for (std::int64_t i = 0; i < batch / 2; ++i) {
+      const ResidencyHandle handle = manager->register_source(spec, source, PAGEABLE_HOST);
+      manager->ensure(handle, PAGEABLE_HOST);
+      actions.push_back(DropResident{handle, PAGEABLE_HOST});
+    }
+  }
+};
 
 }  // namespace fhelium::bench::torch_workload

@@ -1,0 +1,193 @@
+// residency-ab: compares two builds of the library in one process. Each
+// build is a module (ab_rounds.cpp) holding its own copy of the library; the
+// driver loads both and runs every workload in rounds, A and B back to back,
+// the order alternating from round to round. Both builds therefore meet the
+// same machine state, heap and caches, and the per-round differences B - A
+// carry almost none of the host's drift, which between two separate
+// benchmark runs is tens of nanoseconds per operation on a shared machine.
+//
+// For each workload it prints the median ns per operation of A and of B, the
+// median of the paired differences B - A, and a distribution-free 95%
+// interval for that median (sign-test ranks, normal approximation): an
+// interval that excludes 0 says the builds differ, and by how much.
+//
+// Usage: residency-ab [--rounds N] [--workloads LIST] [--json FILE] MODULE_A MODULE_B
+// tools/ab-builds.sh builds the modules of two git revisions and runs this.
+#include <dlfcn.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "ab_interface.hpp"
+
+namespace {
+
+struct Module {
+  std::string path;
+  void* handle = nullptr;
+  FheliumAbRound round = nullptr;
+  std::vector<std::string> workloads;
+};
+
+std::vector<std::string> split(const std::string& list) {
+  std::vector<std::string> parts;
+  std::stringstream stream(list);
+  for (std::string part; std::getline(stream, part, ',');) {
+    if (!part.empty()) parts.push_back(part);
+  }
+  return parts;
+}
+
+template <class Function>
+Function symbol(const Module& module, const char* name) {
+  void* found = dlsym(module.handle, name);
+  if (found == nullptr) {
+    throw std::runtime_error(module.path + ": not a residency-ab module (no " + name + ")");
+  }
+  return reinterpret_cast<Function>(found);
+}
+
+// Each module in a namespace of its own (RTLD_LOCAL): its library copy binds
+// to itself, never to the other module's.
+Module load(const std::string& path) {
+  Module module;
+  module.path = path;
+  module.handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (module.handle == nullptr) throw std::runtime_error("cannot load " + path + ": " + dlerror());
+  const int version = symbol<FheliumAbInterface>(module, "fhelium_ab_interface")();
+  if (version != fhelium_ab_interface_version) {
+    throw std::runtime_error(path + ": module interface version " + std::to_string(version) + ", this driver reads " +
+                             std::to_string(fhelium_ab_interface_version) + "; rebuild it from this tree's bench/");
+  }
+  module.round = symbol<FheliumAbRound>(module, "fhelium_ab_round");
+  module.workloads = split(symbol<FheliumAbWorkloads>(module, "fhelium_ab_workloads")());
+  return module;
+}
+
+double run_round(const Module& module, const std::string& workload) {
+  char error[512] = {};
+  const double ns = module.round(workload.c_str(), error, sizeof error);
+  if (!(ns >= 0)) throw std::runtime_error(module.path + ": workload '" + workload + "': " + error);
+  return ns;
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const std::size_t middle = values.size() / 2;
+  return values.size() % 2 == 1 ? values[middle] : (values[middle - 1] + values[middle]) / 2;
+}
+
+// The ranks of a distribution-free 95% interval for the median of `count`
+// values (the sign test's, normal approximation), 0-based.
+std::pair<std::size_t, std::size_t> interval_ranks(std::size_t count) {
+  const double half = count / 2.0, spread = 0.98 * std::sqrt(static_cast<double>(count));
+  const double low = std::floor(half - spread), high = std::ceil(half + spread);
+  return {low < 0 ? 0 : static_cast<std::size_t>(low),
+          std::min(count - 1, high < 0 ? std::size_t{0} : static_cast<std::size_t>(high))};
+}
+
+struct Result {
+  std::string workload;
+  std::vector<double> a, b, differences;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Compares two builds of the residency library (residency-ab modules) in alternating rounds"};
+  int rounds = 100;
+  std::string workload_list = "drop,release,ensure,load,execute";
+  std::string json_path;
+  std::string module_a, module_b;
+  app.add_option("--rounds", rounds, "rounds per workload and build (at least 6)")->check(CLI::Range(6, 1000000));
+  app.add_option("--workloads", workload_list, "comma-separated workloads (both modules list theirs in errors)");
+  app.add_option("--json", json_path, "also write the rounds and results to this file");
+  app.add_option("module_a", module_a, "the module of build A")->required();
+  app.add_option("module_b", module_b, "the module of build B")->required();
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    const Module a = load(module_a);
+    const Module b = load(module_b);
+    if (a.handle == b.handle) {
+      throw std::runtime_error(module_a + " and " + module_b +
+                               " are the same file, which loads once; copy it for a comparison of a build with itself");
+    }
+    const std::vector<std::string> workloads = split(workload_list);
+    if (workloads.empty()) throw std::runtime_error("--workloads names no workload");
+    for (const auto& workload : workloads) {
+      for (const Module* module : {&a, &b}) {
+        if (std::find(module->workloads.begin(), module->workloads.end(), workload) == module->workloads.end()) {
+          std::string known;
+          for (const auto& name : module->workloads) known += (known.empty() ? "" : ", ") + name;
+          throw std::runtime_error(module->path + " has no workload '" + workload + "' (it has: " + known + ")");
+        }
+      }
+    }
+
+    std::vector<Result> results;
+    for (const auto& workload : workloads) results.push_back(Result{workload, {}, {}, {}});
+    // One round of each first, not counted: each build's first use loads
+    // code and fills its allocator.
+    for (auto& result : results) {
+      run_round(a, result.workload);
+      run_round(b, result.workload);
+    }
+    for (int round = 0; round < rounds; ++round) {
+      for (auto& result : results) {
+        double a_ns = 0, b_ns = 0;
+        if (round % 2 == 0) {
+          a_ns = run_round(a, result.workload);
+          b_ns = run_round(b, result.workload);
+        } else {
+          b_ns = run_round(b, result.workload);
+          a_ns = run_round(a, result.workload);
+        }
+        result.a.push_back(a_ns);
+        result.b.push_back(b_ns);
+        result.differences.push_back(b_ns - a_ns);
+      }
+    }
+
+    std::printf("A: %s\nB: %s\n%d rounds each, ns per operation (medians)\n", module_a.c_str(), module_b.c_str(), rounds);
+    std::printf("%-16s %10s %10s %10s %22s  %s\n", "workload", "A", "B", "B - A", "95% interval of B - A", "verdict");
+    nlohmann::json report{{"module_a", module_a}, {"module_b", module_b}, {"rounds", rounds},
+                          {"workloads", nlohmann::json::array()}};
+    for (const auto& result : results) {
+      std::vector<double> sorted = result.differences;
+      std::sort(sorted.begin(), sorted.end());
+      const auto [low, high] = interval_ranks(sorted.size());
+      const double difference = median(result.differences);
+      const char* verdict = sorted[high] < 0 ? "B faster" : sorted[low] > 0 ? "B slower" : "no difference shown";
+      char interval[64];
+      std::snprintf(interval, sizeof interval, "[%.1f, %.1f]", sorted[low], sorted[high]);
+      std::printf("%-16s %10.1f %10.1f %10.1f %22s  %s\n", result.workload.c_str(), median(result.a),
+                  median(result.b), difference, interval, verdict);
+      report["workloads"].push_back({{"workload", result.workload},
+                                     {"a_ns", median(result.a)},
+                                     {"b_ns", median(result.b)},
+                                     {"difference_ns", difference},
+                                     {"interval_ns", {sorted[low], sorted[high]}},
+                                     {"verdict", verdict},
+                                     {"a_rounds_ns", result.a},
+                                     {"b_rounds_ns", result.b}});
+    }
+    if (!json_path.empty()) {
+      std::ofstream out(json_path);
+      out << report.dump(2) << '\n';
+      if (!out) throw std::runtime_error("cannot write " + json_path);
+    }
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "residency-ab: %s\n", error.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# residency-ab against its own modules: a build compared with a copy of
+# itself, with a module 100 ns per operation slower (which it must find, with
+# the right sign and size), and with bad input (which it must refuse by name).
+# Usage: ab-driver-test.sh RESIDENCY_AB MODULE SLOWED_MODULE
+set -euo pipefail
+driver=$1 module=$2 slowed=$3
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail() { echo "ab-driver-test: $*" >&2; exit 1; }
+
+# A build against a copy of itself: every workload runs and is reported.
+cp "$module" "$work/copy.so"
+"$driver" --rounds 6 --workloads drop,release,ensure,load,execute,explain,adopt,register_source,acquire_release,snapshot \
+  --json "$work/same.json" "$module" "$work/copy.so" > "$work/same.txt"
+for workload in drop release ensure load execute explain adopt register_source acquire_release snapshot; do
+  grep -qE "^$workload +[0-9.]+ +[0-9.]+ +-?[0-9.]+ +\[-?[0-9.]+, -?[0-9.]+\]  (no difference shown|B faster|B slower)$" \
+    "$work/same.txt" || { cat "$work/same.txt"; fail "no result row for $workload"; }
+done
+python=/usr/bin/python3
+[ -x "$python" ] || python=python3
+"$python" - "$work/same.json" <<'PY'
+import json, sys
+report = json.load(open(sys.argv[1]))
+assert report["rounds"] == 6, report["rounds"]
+assert len(report["workloads"]) == 10, len(report["workloads"])
+for entry in report["workloads"]:
+    assert len(entry["a_rounds_ns"]) == 6 and len(entry["b_rounds_ns"]) == 6, entry["workload"]
+    assert all(ns > 0 for ns in entry["a_rounds_ns"] + entry["b_rounds_ns"]), entry["workload"]
+    low, high = entry["interval_ns"]
+    assert low <= entry["difference_ns"] <= high, entry
+PY
+
+# 100 ns per operation slower: found, as B slower, by about that much. The
+# workloads are the ones whose own time is far below that.
+"$driver" --rounds 12 --workloads acquire_release,register_source "$module" "$slowed" > "$work/slowed.txt"
+for workload in acquire_release register_source; do
+  line=$(grep -E "^$workload " "$work/slowed.txt") || { cat "$work/slowed.txt"; fail "no row for $workload"; }
+  case "$line" in *"B slower") ;; *) cat "$work/slowed.txt"; fail "$workload: the slowed module was not found slower" ;; esac
+  difference=$(echo "$line" | awk '{print $4}')
+  awk -v d="$difference" 'BEGIN { exit !(d >= 70 && d <= 200) }' ||
+    fail "$workload: B - A = $difference ns, expected about 100"
+done
+# The other way round, the sign turns.
+"$driver" --rounds 12 --workloads acquire_release "$slowed" "$module" | grep -qE "^acquire_release .*B faster$" ||
+  fail "the plain module was not found faster than the slowed one"
+
+# Bad input is refused by name, with a nonzero exit.
+expect_refusal() {
+  local pattern=$1
+  shift
+  if "$driver" "$@" > "$work/out.txt" 2> "$work/err.txt"; then fail "accepted: $*"; fi
+  grep -q -- "$pattern" "$work/err.txt" || { cat "$work/err.txt"; fail "refusal of '$*' does not say '$pattern'"; }
+}
+expect_refusal "are the same file" --rounds 6 "$module" "$module"
+expect_refusal "has no workload 'nope' (it has: acquire_release, adopt" --rounds 6 --workloads nope "$module" "$work/copy.so"
+echo "not a module" > "$work/text.so"
+expect_refusal "cannot load $work/text.so" --rounds 6 "$module" "$work/text.so"
+expect_refusal "rounds" --rounds 2 "$module" "$work/copy.so"
+expect_refusal "names no workload" --rounds 6 --workloads , "$module" "$work/copy.so"
+echo "ab-driver-test: ok"
