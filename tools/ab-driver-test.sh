@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # residency-ab against its own modules: a build compared with a copy of
-# itself, with a module 100 ns per operation slower (which it must find, with
+# itself, with a module 1 us per operation slower (which it must find, with
 # the right sign and size), and with bad input (which it must refuse by name).
 # Usage: ab-driver-test.sh RESIDENCY_AB MODULE SLOWED_MODULE
 set -euo pipefail
@@ -31,18 +31,24 @@ for entry in report["workloads"]:
     assert low <= entry["difference_ns"] <= high, entry
 PY
 
-# 100 ns per operation slower: found, as B slower, by about that much. The
-# workloads are the ones whose own time is far below that.
-"$driver" --rounds 12 --workloads acquire_release,register_source "$module" "$slowed" > "$work/slowed.txt"
+# 1 us per operation slower: found, as B slower, by about that much. The
+# workloads are ones whose own time is far below that, and the difference is
+# far above what other tests running beside this one can add to a median of
+# 20 rounds.
+"$driver" --rounds 20 --workloads acquire_release,register_source "$module" "$slowed" > "$work/slowed.txt"
 for workload in acquire_release register_source; do
   line=$(grep -E "^$workload " "$work/slowed.txt") || { cat "$work/slowed.txt"; fail "no row for $workload"; }
   case "$line" in *"B slower") ;; *) cat "$work/slowed.txt"; fail "$workload: the slowed module was not found slower" ;; esac
   difference=$(echo "$line" | awk '{print $4}')
-  awk -v d="$difference" 'BEGIN { exit !(d >= 70 && d <= 200) }' ||
-    fail "$workload: B - A = $difference ns, expected about 100"
+  # At least most of the wait; at most 100 times it, however the waiting
+  # process is preempted on a loaded machine (a wait that spins attracts the
+  # scheduler's preemptions into its timed part), but far below what a
+  # difference per round instead of per operation would read (1000 times).
+  awk -v d="$difference" 'BEGIN { exit !(d >= 700 && d <= 100000) }' ||
+    fail "$workload: B - A = $difference ns, expected about 1000 per operation"
 done
 # The other way round, the sign turns.
-"$driver" --rounds 12 --workloads acquire_release "$slowed" "$module" | grep -qE "^acquire_release .*B faster$" ||
+"$driver" --rounds 20 --workloads acquire_release "$slowed" "$module" | grep -qE "^acquire_release .*B faster$" ||
   fail "the plain module was not found faster than the slowed one"
 
 # Bad input is refused by name, with a nonzero exit.
