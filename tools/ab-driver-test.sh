@@ -4,7 +4,7 @@
 # the right sign and size), and with bad input (which it must refuse by name).
 # Usage: ab-driver-test.sh RESIDENCY_AB MODULE SLOWED_MODULE
 set -euo pipefail
-driver=$1 module=$2 slowed=$3
+driver=$(realpath "$1") module=$(realpath "$2") slowed=$(realpath "$3")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail() { echo "ab-driver-test: $*" >&2; exit 1; }
@@ -61,9 +61,14 @@ expect_refusal() {
   grep -q -- "$pattern" "$work/err.txt" || { cat "$work/err.txt"; fail "refusal of '$*' does not say '$pattern'"; }
 }
 expect_refusal "are the same file" --rounds 6 "$module" "$module"
+# A module named without a directory is the file in the current one, not a
+# library on the search path.
+(cd "$work" && "$driver" --rounds 6 --copies 1 --workloads acquire_release copy.so "$module" > /dev/null) ||
+  fail "a module named without a directory was not loaded from the current one"
 expect_refusal "has no workload 'nope' (it has: acquire_release, adopt" --rounds 6 --workloads nope "$module" "$work/copy.so"
 echo "not a module" > "$work/text.so"
 expect_refusal "cannot load $work/text.so" --rounds 6 "$module" "$work/text.so"
 expect_refusal "rounds" --rounds 2 "$module" "$work/copy.so"
+expect_refusal "copies" --rounds 6 --copies 0 "$module" "$work/copy.so"
 expect_refusal "names no workload" --rounds 6 --workloads , "$module" "$work/copy.so"
 echo "ab-driver-test: ok"
