@@ -5,13 +5,13 @@
 # and the driver runs the two modules in alternating rounds.
 #
 # Usage: bash tools/ab-builds.sh [--build DIR] [--rounds N] [--workloads LIST] [--copies K]
-#                                [--malloc-defaults] [--json FILE] REV_A [REV_B]
+#                                [--floor PERCENT] [--malloc-defaults] [--json FILE] REV_A [REV_B]
 #   REV_A, REV_B  git revisions; "." (REV_B's default) is the working tree as
 #                 built in DIR
 #   --build DIR   this tree's build directory (default: the repository's build); it needs the
 #                 benchmarks (the residency-ab targets)
-#   --rounds, --workloads, --copies, --malloc-defaults, --json: passed to
-#                 residency-ab
+#   --rounds, --workloads, --copies, --floor, --malloc-defaults, --json:
+#                 passed to residency-ab
 # A revision is checked out into a temporary worktree and its library built
 # there with DIR's build type; the module is compiled with DIR's own compile
 # and link commands for bench/residency-ab-rounds.so, pointed at that
@@ -22,7 +22,7 @@ caller=$(pwd)
 # A relative path given on the command line is the caller's.
 from_caller() { case "$1" in /*) echo "$1" ;; *) echo "$caller/$1" ;; esac; }
 cd "$(dirname "$0")/.."
-usage="usage: bash tools/ab-builds.sh [--build DIR] [--rounds N] [--workloads LIST] [--copies K] [--malloc-defaults] [--json FILE] REV_A [REV_B]"
+usage="usage: bash tools/ab-builds.sh [--build DIR] [--rounds N] [--workloads LIST] [--copies K] [--floor PERCENT] [--malloc-defaults] [--json FILE] REV_A [REV_B]"
 build=$(pwd)/build
 driver_args=()
 revisions=()
@@ -31,7 +31,7 @@ while [ $# -gt 0 ]; do
     --build) [ $# -ge 2 ] || { echo "ab-builds: --build needs a directory ($usage)" >&2; exit 2; }; build=$(from_caller "$2"); shift 2 ;;
     --json) [ $# -ge 2 ] || { echo "ab-builds: --json needs a file ($usage)" >&2; exit 2; }; driver_args+=(--json "$(from_caller "$2")"); shift 2 ;;
     --malloc-defaults) driver_args+=("$1"); shift ;;
-    --rounds | --workloads | --copies)
+    --rounds | --workloads | --copies | --floor)
       [ $# -ge 2 ] || { echo "ab-builds: $1 needs a value ($usage)" >&2; exit 2; }
       driver_args+=("$1" "$2")
       shift 2

@@ -14,7 +14,7 @@ cp "$module" "$work/copy.so"
 "$driver" --rounds 6 --workloads drop,release,ensure,load,execute,explain,adopt,register_source,acquire_release,snapshot \
   --json "$work/same.json" "$module" "$work/copy.so" > "$work/same.txt"
 for workload in drop release ensure load execute explain adopt register_source acquire_release snapshot; do
-  grep -qE "^$workload +[0-9.]+ +[0-9.]+ +-?[0-9.]+ +\[-?[0-9.]+, -?[0-9.]+\]  (no difference shown|B faster|B slower)$" \
+  grep -qE "^$workload +[0-9.]+ +[0-9.]+ +-?[0-9.]+ +\[-?[0-9.]+, -?[0-9.]+\] +[0-9.]+  (no difference shown|B faster|B slower)$" \
     "$work/same.txt" || { cat "$work/same.txt"; fail "no result row for $workload"; }
 done
 python=/usr/bin/python3
@@ -29,6 +29,14 @@ for entry in report["workloads"]:
     assert all(ns > 0 for ns in entry["a_rounds_ns"] + entry["b_rounds_ns"]), entry["workload"]
     low, high = entry["interval_ns"]
     assert low <= entry["difference_ns"] <= high, entry
+    # The floor is 2% of A's median by default, and a verdict clears it.
+    assert abs(entry["floor_ns"] - 0.02 * entry["a_ns"]) < 1e-6 * entry["a_ns"], entry
+    if entry["verdict"] == "B faster":
+        assert high < -entry["floor_ns"], entry
+    elif entry["verdict"] == "B slower":
+        assert low > entry["floor_ns"], entry
+    else:
+        assert entry["verdict"] == "no difference shown" and low <= entry["floor_ns"] and high >= -entry["floor_ns"], entry
 PY
 
 # 1 us per operation slower: found, as B slower, by about that much. The
@@ -70,5 +78,10 @@ echo "not a module" > "$work/text.so"
 expect_refusal "cannot load $work/text.so" --rounds 6 "$module" "$work/text.so"
 expect_refusal "rounds" --rounds 2 "$module" "$work/copy.so"
 expect_refusal "copies" --rounds 6 --copies 0 "$module" "$work/copy.so"
+expect_refusal "floor" --rounds 6 --floor -1 "$module" "$work/copy.so"
+# A floor above the difference hides it: with the slowed module as A, the
+# 1 us it loses is about 94% of A's median, below a floor of 100%.
+"$driver" --rounds 12 --floor 100 --workloads acquire_release "$slowed" "$module" |
+  grep -qE "^acquire_release .*no difference shown$" || fail "a floor of 100% did not hide a difference of 94%"
 expect_refusal "names no workload" --rounds 6 --workloads , "$module" "$work/copy.so"
 echo "ab-driver-test: ok"
