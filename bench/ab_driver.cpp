@@ -36,7 +36,6 @@
 // tools/ab-builds.sh builds the modules of two git revisions and runs this.
 #include <dlfcn.h>
 #include <malloc.h>
-#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -101,11 +100,12 @@ Module load(const std::string& path) {
   return module;
 }
 
-// `count` copies of the module at `path` in `directory`, loaded; the first
-// is the file itself.
-std::vector<Module> load_copies(const std::string& path, int count, const std::filesystem::path& directory,
+// `first`, loaded, and `count` - 1 copies of its file in `directory`,
+// loaded too.
+std::vector<Module> with_copies(Module first, int count, const std::filesystem::path& directory,
                                 const std::string& tag) {
-  std::vector<Module> copies{load(path)};
+  const std::string path = first.path;
+  std::vector<Module> copies{std::move(first)};
   for (int copy = 1; copy < count; ++copy) {
     const std::filesystem::path target = directory / (tag + "-" + std::to_string(copy) + ".so");
     std::error_code error;
@@ -136,7 +136,7 @@ std::pair<std::size_t, std::size_t> interval_ranks(std::size_t count) {
   const double half = count / 2.0, spread = 0.98 * std::sqrt(static_cast<double>(count));
   const double low = std::floor(half - spread), high = std::ceil(half + spread);
   return {low < 0 ? 0 : static_cast<std::size_t>(low),
-          std::min(count - 1, high < 0 ? std::size_t{0} : static_cast<std::size_t>(high))};
+          std::min(count - 1, static_cast<std::size_t>(high))};
 }
 
 struct Result {
@@ -180,14 +180,14 @@ int main(int argc, char** argv) {
     std::string pattern = (std::filesystem::temp_directory_path() / "residency-ab-XXXXXX").string();
     if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("cannot make a directory for the module copies");
     directory = pattern;
-    const Module first_a = load(module_a);
-    const Module first_b = load(module_b);
+    Module first_a = load(module_a);
+    Module first_b = load(module_b);
     if (first_a.handle == first_b.handle) {
       throw std::runtime_error(module_a + " and " + module_b +
                                " are the same file, which loads once; copy it for a comparison of a build with itself");
     }
-    const std::vector<Module> copies_a = load_copies(module_a, copies, directory, "a");
-    const std::vector<Module> copies_b = load_copies(module_b, copies, directory, "b");
+    const std::vector<Module> copies_a = with_copies(std::move(first_a), copies, directory, "a");
+    const std::vector<Module> copies_b = with_copies(std::move(first_b), copies, directory, "b");
     const Module& a = copies_a.front();
     const Module& b = copies_b.front();
     const std::vector<std::string> workloads = split(workload_list);

@@ -46,30 +46,17 @@ void expect(bool holds, const std::string& what) {
 // difference the driver must find.
 constexpr std::int64_t slowdown_ns = FHELIUM_AB_SLOWDOWN_NS;
 
+// The time of `work`, and of the module's slowdown after it.
 template <class Work>
-double elapsed_ns(Work&& work) {
-  const auto start = std::chrono::steady_clock::now();
-  work();
-  if constexpr (slowdown_ns > 0) {
-    const auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(slowdown_ns * batch);
-    while (std::chrono::steady_clock::now() < until) {
+double timed_ns(Work&& work) {
+  return elapsed_ns([&] {
+    work();
+    if constexpr (slowdown_ns > 0) {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(slowdown_ns * batch);
+      while (std::chrono::steady_clock::now() < until) {
+      }
     }
-  }
-  return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count();
-}
-
-std::int64_t used_bytes(const ResidencyManager& manager) {
-  const ResidencySnapshot snapshot = manager.snapshot();
-  const ResidencyLocationSnapshot* location = snapshot.location(PAGEABLE_HOST);
-  return location == nullptr ? 0 : location->used_bytes;
-}
-
-std::vector<ResidentValue> fresh_values(std::int64_t count) {
-  const at::Tensor original = template_tensor();
-  std::vector<ResidentValue> values;
-  values.reserve(static_cast<std::size_t>(count));
-  for (std::int64_t i = 0; i < count; ++i) values.push_back(tensor_value(original.clone()));
-  return values;
+  });
 }
 
 // A batch of sources registered with `manager`, the registrations alone
@@ -80,7 +67,7 @@ std::vector<ResidencyHandle> registered(ResidencyManager& manager, double* ns = 
   const ResidencyValueSpec spec = source_spec();
   std::vector<ResidencyHandle> handles;
   handles.reserve(static_cast<std::size_t>(batch));
-  const double elapsed = elapsed_ns([&] {
+  const double elapsed = timed_ns([&] {
     for (std::int64_t i = 0; i < batch; ++i) handles.push_back(manager.register_source(spec, source, PAGEABLE_HOST));
   });
   if (ns != nullptr) *ns = elapsed;
@@ -93,7 +80,7 @@ using Round = std::function<double()>;
 double ensure_round() {
   auto manager = fresh_manager();
   const std::vector<ResidencyHandle> handles = registered(*manager);
-  const double ns = elapsed_ns([&] {
+  const double ns = timed_ns([&] {
     for (const auto& handle : handles) manager->ensure(handle, PAGEABLE_HOST);
   });
   expect(used_bytes(*manager) == batch * source_spec().storage_nbytes, "each ensure loads");
@@ -105,7 +92,7 @@ double load_round() {
   const auto source = clone_source(template_tensor());
   std::vector<ResidentValue> loaded;
   loaded.reserve(static_cast<std::size_t>(batch));
-  const double ns = elapsed_ns([&] {
+  const double ns = timed_ns([&] {
     for (std::int64_t i = 0; i < batch; ++i) loaded.push_back(source->load());
   });
   expect(loaded.size() == static_cast<std::size_t>(batch) && !loaded.back().fields().empty(), "each load loads");
@@ -116,7 +103,7 @@ double drop_round() {
   auto manager = fresh_manager();
   const std::vector<ResidencyHandle> handles = registered(*manager);
   for (const auto& handle : handles) manager->ensure(handle, PAGEABLE_HOST);
-  const double ns = elapsed_ns([&] {
+  const double ns = timed_ns([&] {
     for (const auto& handle : handles) manager->drop(handle, PAGEABLE_HOST);
   });
   expect(used_bytes(*manager) == 0, "each drop releases");
@@ -125,7 +112,7 @@ double drop_round() {
 
 double release_round() {
   std::vector<ResidentValue> values = fresh_values(batch);
-  const double ns = elapsed_ns([&] {
+  const double ns = timed_ns([&] {
     for (auto& value : values) ResidentValue released = std::move(value);
   });
   expect(values.back().fields().empty(), "each value is released");
@@ -135,7 +122,7 @@ double release_round() {
 double adopt_round() {
   auto manager = fresh_manager();
   std::vector<ResidentValue> values = fresh_values(batch);
-  const double ns = elapsed_ns([&] {
+  const double ns = timed_ns([&] {
     for (auto& value : values) manager->adopt(std::move(value), PAGEABLE_HOST);
   });
   expect(used_bytes(*manager) == batch * source_spec().storage_nbytes, "each adopt charges");
@@ -155,7 +142,7 @@ double acquire_release_round() {
   auto manager = fresh_manager();
   const std::vector<ResidencyHandle> one{manager->adopt(fresh_values(1)[0], PAGEABLE_HOST)};
   const std::uint64_t version = manager->state_version();
-  const double ns = elapsed_ns([&] {
+  const double ns = timed_ns([&] {
     for (std::int64_t i = 0; i < batch; ++i) manager->acquire(one, PAGEABLE_HOST).release();
   });
   expect(manager->state_version() == version + 2 * static_cast<std::uint64_t>(batch),
@@ -168,7 +155,7 @@ double snapshot_round() {
   for (auto& value : fresh_values(batch)) manager->adopt(std::move(value), PAGEABLE_HOST);
   manager->snapshot();  // the first one warms the allocator, as in BM_TorchSnapshot
   std::size_t seen = 0;
-  const double ns = elapsed_ns([&] { seen = manager->snapshot().values.size(); });
+  const double ns = timed_ns([&] { seen = manager->snapshot().values.size(); });
   expect(seen == static_cast<std::size_t>(batch), "the snapshot holds every value");
   return ns / batch;
 }
@@ -177,7 +164,7 @@ double explain_round() {
   MixedPlan plan;
   const ResidencyPlan whole{"mixed", plan.actions};
   bool feasible = false;
-  const double ns = elapsed_ns([&] { feasible = plan.manager->explain(whole).feasible; });
+  const double ns = timed_ns([&] { feasible = plan.manager->explain(whole).feasible; });
   expect(feasible, "the plan is feasible");
   return ns / batch;
 }
@@ -185,7 +172,7 @@ double explain_round() {
 double execute_round() {
   MixedPlan plan;
   std::size_t transitions = 0;
-  const double ns = elapsed_ns([&] {
+  const double ns = timed_ns([&] {
     transitions = plan.manager->execute_actions(plan.actions, "mixed").transitions.size();
   });
   expect(transitions == static_cast<std::size_t>(batch), "every action of the plan ran");

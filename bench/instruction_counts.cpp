@@ -75,19 +75,6 @@ void expect(bool holds, const std::string& what) {
   std::exit(1);
 }
 
-std::int64_t used_bytes(const ResidencyManager& manager, const ResidencyLocation& at) {
-  const ResidencySnapshot snapshot = manager.snapshot();
-  const ResidencyLocationSnapshot* location = snapshot.location(at);
-  return location == nullptr ? 0 : location->used_bytes;
-}
-
-std::vector<ResidentValue> fresh_values(std::int64_t count_of) {
-  const at::Tensor original = template_tensor();
-  std::vector<ResidentValue> values;
-  for (std::int64_t i = 0; i < count_of; ++i) values.push_back(tensor_value(original.clone()));
-  return values;
-}
-
 // One interleaved pair workload: `operation(i)` and `baseline(i)` for each i
 // in turn (alternating which goes first, as the paired benchmarks do), with
 // collection on around the side being counted only.

@@ -33,13 +33,6 @@ using namespace residency;
 
 using namespace torch_workload;
 
-template <class Work>
-double elapsed_ns(Work&& work) {
-  const auto start = std::chrono::steady_clock::now();
-  work();
-  return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count();
-}
-
 // An operation and its baseline timed in the same iteration, the operation
 // as the benchmark's (manual) time. The order alternates from one iteration
 // to the next, so neither always finds the heap and caches the other left.

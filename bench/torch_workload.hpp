@@ -6,6 +6,7 @@
 
 #include <ATen/ops/arange.h>
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -37,6 +38,29 @@ inline ResidencyValueSpec source_spec() {
 
 inline std::shared_ptr<ResidencySource> clone_source(const at::Tensor& original) {
   return make_source([original] { return tensor_value(original.clone()); });
+}
+
+// Wall time of `work`, in nanoseconds.
+template <class Work>
+double elapsed_ns(Work&& work) {
+  const auto start = std::chrono::steady_clock::now();
+  work();
+  return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count();
+}
+
+// `count` values of a fresh clone of the template each.
+inline std::vector<ResidentValue> fresh_values(std::int64_t count) {
+  const at::Tensor original = template_tensor();
+  std::vector<ResidentValue> values;
+  for (std::int64_t i = 0; i < count; ++i) values.push_back(tensor_value(original.clone()));
+  return values;
+}
+
+// The bytes `manager` charges as used at `at`, from a snapshot.
+inline std::int64_t used_bytes(const ResidencyManager& manager, const ResidencyLocation& at = PAGEABLE_HOST) {
+  const ResidencySnapshot snapshot = manager.snapshot();
+  const ResidencyLocationSnapshot* location = snapshot.location(at);
+  return location == nullptr ? 0 : location->used_bytes;
 }
 
 // A 1000-action plan: 500 EnsureResident of source-backed values (each a
