@@ -3,6 +3,8 @@
 // (transitions.hpp) and reported here.
 #include <stdexcept>
 #include <tuple>
+#include <type_traits>
+#include <variant>
 
 #include "detail/check.hpp"
 #include "detail/handle_check.hpp"
@@ -71,33 +73,24 @@ ResidencyTransitionReport ManagerCore::run_action(const std::optional<c10::Strea
   // 16) build it first and move it in.
   ResidencyTransitionReport report(RecordAssembly::key(), std::in_place, Action{fields...});
 #endif
-  require_well_formed(action_handle(report.action));
+  const Action& action = *std::get_if<Action>(&report.action);
+  require_well_formed(action.handle);
   StateAccess access(*this);
   require_open_locked();
-  run_locked(report, stream);
+  run_typed_locked(report, action, stream, nullptr, std::nullopt);
   return report;
 }
 
-template ResidencyTransitionReport ManagerCore::run_action<EnsureResident>(const std::optional<c10::Stream>&,
-                                                                           const ResidencyHandle&,
-                                                                           const ResidencyLocation&);
-template ResidencyTransitionReport ManagerCore::run_action<MoveResident>(const std::optional<c10::Stream>&,
-                                                                         const ResidencyHandle&,
-                                                                         const ResidencyLocation&,
-                                                                         const std::optional<ResidencyLocation>&);
-template ResidencyTransitionReport ManagerCore::run_action<DropResident>(const std::optional<c10::Stream>&,
-                                                                         const ResidencyHandle&,
-                                                                         const ResidencyLocation&);
-template ResidencyTransitionReport ManagerCore::run_action<DiscardValue>(const std::optional<c10::Stream>&,
-                                                                         const ResidencyHandle&);
-
-[[gnu::hot]]
-void ManagerCore::run_locked(ResidencyTransitionReport& report, const std::optional<c10::Stream>& stream,
-                             const PlanDryRun::Step* planned, std::optional<std::int64_t> started_at_ns) {
-  const ResidencyAction& action = report.action;
+// Inline in its callers: a primitive's run_action and each arm of
+// append_run_locked's dispatch, where a call would cost more than the
+// dispatch saves.
+template <class Action>
+[[gnu::always_inline]] inline void ManagerCore::run_typed_locked(ResidencyTransitionReport& report, const Action& action,
+                                   const std::optional<c10::Stream>& stream, const PlanDryRun::Step* planned,
+                                   std::optional<std::int64_t> started_at_ns) {
   reap_locked();
   const std::int64_t started = started_at_ns ? *started_at_ns : clock_locked();
-  ValueRecord& record = planned != nullptr ? *planned->record : values_.lookup(action_handle(action));
+  ValueRecord& record = planned != nullptr ? *planned->record : values_.lookup(action.handle);
   FHELIUM_CHECK(!record.discarded, "a plan acts on a value discarded before its action");
   // Every argument is checked before any state is read for no-op detection
   // (a planned action's were, by its preflight).
@@ -136,13 +129,34 @@ void ManagerCore::run_locked(ResidencyTransitionReport& report, const std::optio
 void ManagerCore::append_run_locked(std::vector<ResidencyTransitionReport>& reports, const ResidencyAction& action,
                                     const std::optional<c10::Stream>& stream, const PlanDryRun::Step* planned,
                                     std::optional<std::int64_t> started_at_ns) {
-  ResidencyTransitionReport& report = reports.emplace_back(RecordAssembly::key(), std::in_place, action);
-  try {
-    run_locked(report, stream, planned, started_at_ns);
-  } catch (...) {
-    reports.pop_back();
-    throw;
-  }
+  // One dispatch on the action's type: the report's copy of the action and
+  // the run both know it.
+  std::visit(
+      [&](const auto& typed) {
+        using Action = std::decay_t<decltype(typed)>;
+        ResidencyTransitionReport& report =
+            reports.emplace_back(RecordAssembly::key(), std::in_place, std::in_place_type<Action>, typed);
+        try {
+          run_typed_locked(report, *std::get_if<Action>(&report.action), stream, planned, started_at_ns);
+        } catch (...) {
+          reports.pop_back();
+          throw;
+        }
+      },
+      action);
 }
+
+template ResidencyTransitionReport ManagerCore::run_action<EnsureResident>(const std::optional<c10::Stream>&,
+                                                                           const ResidencyHandle&,
+                                                                           const ResidencyLocation&);
+template ResidencyTransitionReport ManagerCore::run_action<MoveResident>(const std::optional<c10::Stream>&,
+                                                                         const ResidencyHandle&,
+                                                                         const ResidencyLocation&,
+                                                                         const std::optional<ResidencyLocation>&);
+template ResidencyTransitionReport ManagerCore::run_action<DropResident>(const std::optional<c10::Stream>&,
+                                                                         const ResidencyHandle&,
+                                                                         const ResidencyLocation&);
+template ResidencyTransitionReport ManagerCore::run_action<DiscardValue>(const std::optional<c10::Stream>&,
+                                                                         const ResidencyHandle&);
 
 }  // namespace fhelium::residency::detail

@@ -185,15 +185,20 @@ class ManagerCore : public std::enable_shared_from_this<ManagerCore> {
   static std::optional<c10::Stream> stream_for(const ResidencyAction& action, const TransferStreams& streams);
 
   // Primitives (core_transitions.cpp): one action, timed and reported.
-  // run_locked carries out `report.action` and fills in the rest of `report`.
+  // run_typed_locked carries out `action`, report.action's alternative of
+  // that type, and fills in the rest of `report`; a caller that knows the
+  // type (a primitive call) runs only that type's checks, rules and steps,
+  // and a plan's actions are dispatched on their type once each.
   // `planned`, when given, is what the plan's preflight found for the action
   // (the dry run that admitted the plan, under this same lock): its value
   // record and its decision, so neither is made again, and its arguments
   // were checked there. `started_at_ns`, when given, is the action's start:
   // in a run of a plan's actions, the previous action's completion, so one
   // clock read marks both.
-  void run_locked(ResidencyTransitionReport& report, const std::optional<c10::Stream>& stream,
-                  const PlanDryRun::Step* planned = nullptr, std::optional<std::int64_t> started_at_ns = std::nullopt);
+  template <class Action>
+  void run_typed_locked(ResidencyTransitionReport& report, const Action& action,
+                        const std::optional<c10::Stream>& stream, const PlanDryRun::Step* planned,
+                        std::optional<std::int64_t> started_at_ns);
   // A plan's `action`, run with its report built at the end of `reports`
   // (copied there once, never moved); on a failure the report is removed
   // again and the error propagates.

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <variant>
 #include <vector>
 
@@ -77,89 +78,106 @@ std::vector<ResidencyLocation> protected_locations_of(const Range& items, Locati
   return result;
 }
 
+// Where `record` is reconstructed from: its registered source's location,
+// none without a source.
+inline std::optional<ResidencyLocation> registered_source(const ValueRecord& record) {
+  return record.source ? record.source_location : std::optional<ResidencyLocation>();
+}
+
+// One overload per action type, so that a caller that knows the type (a
+// primitive call) pays for no dispatch and runs none of the other types'
+// rules; the ResidencyAction overload below picks one.
 template <class View>
-TransitionDecision decide_transition(const ResidencyAction& action, const View& value) {
+TransitionDecision decide_transition(const EnsureResident& ensure, const View& value) {
   const ValueRecord& record = value.record();
-  const std::optional<ResidencyLocation> registered_source =
-      record.source ? record.source_location : std::optional<ResidencyLocation>();
   TransitionDecision decision;
-  if (const auto* ensure = std::get_if<EnsureResident>(&action)) {
-    decision.destination = ensure->location;
-    if (value.resident(ensure->location)) {
-      decision.no_op = "destination already resident";
-    } else if (record.spec.replica_mode == ReplicaMode::exclusive && value.count() > 0) {
-      decision.refusal = Refusal::exclusive_replica;
-    } else if (value.count() > 0) {
-      decision.source = value.first(std::nullopt);
-      decision.install = true;
-    } else if (registered_source) {
-      decision.source = registered_source;
-      decision.load = decision.install = true;
-    } else {
-      decision.refusal = Refusal::no_source;
+  decision.destination = ensure.location;
+  if (value.resident(ensure.location)) {
+    decision.no_op = "destination already resident";
+  } else if (record.spec.replica_mode == ReplicaMode::exclusive && value.count() > 0) {
+    decision.refusal = Refusal::exclusive_replica;
+  } else if (value.count() > 0) {
+    decision.source = value.first(std::nullopt);
+    decision.install = true;
+  } else if (const std::optional<ResidencyLocation> source = registered_source(record)) {
+    decision.source = source;
+    decision.load = decision.install = true;
+  } else {
+    decision.refusal = Refusal::no_source;
+  }
+  return decision;
+}
+
+template <class View>
+TransitionDecision decide_transition(const MoveResident& move, const View& value) {
+  const ValueRecord& record = value.record();
+  TransitionDecision decision;
+  decision.destination = move.to;
+  std::optional<ResidencyLocation> chosen;
+  if (move.from_location) {
+    if (!value.resident(*move.from_location)) {
+      decision.source = move.from_location;
+      decision.refusal = Refusal::explicit_source_absent;
+      decision.refused_at = move.from_location;
+      return decision;
     }
+    chosen = move.from_location;
+  } else {
+    chosen = value.first(move.to);
+  }
+  decision.source = chosen;
+  if (chosen && value.protected_at(*chosen) && !(value.resident(move.to) && *chosen == move.to)) {
+    decision.refusal = Refusal::source_protected;
+    decision.refused_at = chosen;
     return decision;
   }
-  if (const auto* move = std::get_if<MoveResident>(&action)) {
-    decision.destination = move->to;
-    std::optional<ResidencyLocation> chosen;
-    if (move->from_location) {
-      if (!value.resident(*move->from_location)) {
-        decision.source = move->from_location;
-        decision.refusal = Refusal::explicit_source_absent;
-        decision.refused_at = move->from_location;
-        return decision;
-      }
-      chosen = move->from_location;
+  if (value.resident(move.to)) {
+    // An explicit source equal to the destination stays reported as the
+    // source; an implicit one has none. Onto an existing replica, a move
+    // only removes its source.
+    if (!chosen || *chosen == move.to) {
+      decision.no_op = "destination already owns the selected replica";
     } else {
-      chosen = value.first(move->to);
-    }
-    decision.source = chosen;
-    if (chosen && value.protected_at(*chosen) && !(value.resident(move->to) && *chosen == move->to)) {
-      decision.refusal = Refusal::source_protected;
-      decision.refused_at = chosen;
-      return decision;
-    }
-    if (value.resident(move->to)) {
-      // An explicit source equal to the destination stays reported as the
-      // source; an implicit one has none. Onto an existing replica, a move
-      // only removes its source.
-      if (!chosen || *chosen == move->to) {
-        decision.no_op = "destination already owns the selected replica";
-      } else {
-        decision.remove = chosen;
-      }
-      return decision;
-    }
-    if (chosen) {
-      decision.install = decision.exclusive_transition = true;
       decision.remove = chosen;
-      return decision;
-    }
-    // Never loaded: reconstruct and keep only the destination.
-    decision.source = registered_source;
-    if (!registered_source) {
-      decision.refusal = Refusal::no_source;
-      return decision;
-    }
-    decision.load = decision.install = decision.exclusive_transition = true;
-    return decision;
-  }
-  if (const auto* drop = std::get_if<DropResident>(&action)) {
-    decision.source = drop->location;
-    if (!value.resident(drop->location)) {
-      decision.no_op = "materialization already absent";
-    } else if (value.protected_at(drop->location)) {
-      decision.refusal = Refusal::target_protected;
-      decision.refused_at = drop->location;
-    } else if (value.count() == 1 && !record.source) {
-      decision.refusal = Refusal::final_must_preserve;
-      decision.refused_at = drop->location;
-    } else {
-      decision.remove = drop->location;
     }
     return decision;
   }
+  if (chosen) {
+    decision.install = decision.exclusive_transition = true;
+    decision.remove = chosen;
+    return decision;
+  }
+  // Never loaded: reconstruct and keep only the destination.
+  decision.source = registered_source(record);
+  if (!decision.source) {
+    decision.refusal = Refusal::no_source;
+    return decision;
+  }
+  decision.load = decision.install = decision.exclusive_transition = true;
+  return decision;
+}
+
+template <class View>
+TransitionDecision decide_transition(const DropResident& drop, const View& value) {
+  TransitionDecision decision;
+  decision.source = drop.location;
+  if (!value.resident(drop.location)) {
+    decision.no_op = "materialization already absent";
+  } else if (value.protected_at(drop.location)) {
+    decision.refusal = Refusal::target_protected;
+    decision.refused_at = drop.location;
+  } else if (value.count() == 1 && !value.record().source) {
+    decision.refusal = Refusal::final_must_preserve;
+    decision.refused_at = drop.location;
+  } else {
+    decision.remove = drop.location;
+  }
+  return decision;
+}
+
+template <class View>
+TransitionDecision decide_transition(const DiscardValue&, const View& value) {
+  TransitionDecision decision;
   const std::vector<ResidencyLocation> protected_places = value.protected_locations();
   if (!protected_places.empty()) {
     decision.refusal = Refusal::discard_protected;
@@ -170,6 +188,11 @@ TransitionDecision decide_transition(const ResidencyAction& action, const View& 
   return decision;
 }
 
+template <class View>
+TransitionDecision decide_transition(const ResidencyAction& action, const View& value) {
+  return std::visit([&](const auto& typed) { return decide_transition(typed, value); }, action);
+}
+
 // The CUDA device whose allocator a report of `action` samples before and
 // after it, or none (host actions sample nothing): the action's CUDA
 // destination (ensure, move) or dropped location; else, for a move, its
@@ -177,9 +200,8 @@ TransitionDecision decide_transition(const ResidencyAction& action, const View& 
 // a discard, the first CUDA location among the value's materializations
 // `items` (read through `location_of`) in insertion order, as the state was
 // before the action.
-template <class Range, class LocationOf>
-std::optional<c10::Device> allocator_device(const ResidencyAction& action, const Range& items,
-                                            LocationOf location_of) {
+template <class Action, class Range, class LocationOf>
+std::optional<c10::Device> allocator_device(const Action& action, const Range& items, LocationOf location_of) {
   const auto first_cuda = [&]() -> std::optional<c10::Device> {
     for (const auto& item : items) {
       const ResidencyLocation& location = location_of(item);
@@ -187,18 +209,22 @@ std::optional<c10::Device> allocator_device(const ResidencyAction& action, const
     }
     return std::nullopt;
   };
-  if (const auto* ensure = std::get_if<EnsureResident>(&action)) {
-    if (ensure->location.is_cuda()) return ensure->location.device();
-  } else if (const auto* move = std::get_if<MoveResident>(&action)) {
-    if (move->to.is_cuda()) return move->to.device();
-    if (!move->from_location) return first_cuda();
-    if (move->from_location->is_cuda()) return move->from_location->device();
-  } else if (const auto* drop = std::get_if<DropResident>(&action)) {
-    if (drop->location.is_cuda()) return drop->location.device();
+  if constexpr (std::is_same_v<Action, EnsureResident> || std::is_same_v<Action, DropResident>) {
+    if (action.location.is_cuda()) return action.location.device();
+  } else if constexpr (std::is_same_v<Action, MoveResident>) {
+    if (action.to.is_cuda()) return action.to.device();
+    if (!action.from_location) return first_cuda();
+    if (action.from_location->is_cuda()) return action.from_location->device();
   } else {
+    static_assert(std::is_same_v<Action, DiscardValue>);
     return first_cuda();
   }
   return std::nullopt;
+}
+
+template <class Range, class LocationOf>
+std::optional<c10::Device> allocator_device(const ResidencyAction& action, const Range& items, LocationOf location_of) {
+  return std::visit([&](const auto& typed) { return allocator_device(typed, items, location_of); }, action);
 }
 
 // The reason explain reports for a refused decision (the reference's words).

@@ -46,28 +46,25 @@ class RecordView {
 
 }  // namespace
 
+template <class Action>
 [[gnu::hot]]
-void Transitions::check_arguments(const ResidencyAction& action, const std::optional<c10::Stream>& stream) const {
-  std::visit(
-      [&](const auto& typed) {
-        using T = std::decay_t<decltype(typed)>;
-        if constexpr (std::is_same_v<T, EnsureResident>) {
-          runtime_.check_location(typed.location);
-          if (stream) runtime_.check_stream(typed.location, *stream);
-        } else if constexpr (std::is_same_v<T, MoveResident>) {
-          runtime_.check_location(typed.to);
-          if (typed.from_location) runtime_.check_location(*typed.from_location);
-          if (stream) runtime_.check_stream(typed.to, *stream);
-        } else {
-          if constexpr (std::is_same_v<T, DropResident>) runtime_.check_location(typed.location);
-          if (stream) throw std::invalid_argument("only ensure and move accept a CUDA transfer stream");
-        }
-      },
-      action);
+void Transitions::check_arguments(const Action& action, const std::optional<c10::Stream>& stream) const {
+  if constexpr (std::is_same_v<Action, EnsureResident>) {
+    runtime_.check_location(action.location);
+    if (stream) runtime_.check_stream(action.location, *stream);
+  } else if constexpr (std::is_same_v<Action, MoveResident>) {
+    runtime_.check_location(action.to);
+    if (action.from_location) runtime_.check_location(*action.from_location);
+    if (stream) runtime_.check_stream(action.to, *stream);
+  } else {
+    if constexpr (std::is_same_v<Action, DropResident>) runtime_.check_location(action.location);
+    if (stream) throw std::invalid_argument("only ensure and move accept a CUDA transfer stream");
+  }
 }
 
+template <class Action>
 [[gnu::hot]]
-TransitionDecision Transitions::decide_and_apply(const ResidencyAction& action, ValueRecord& record,
+TransitionDecision Transitions::decide_and_apply(const Action& action, ValueRecord& record,
                                                  const std::optional<c10::Stream>& stream) {
   TransitionDecision decision = decide_transition(action, RecordView(record));
   if (decision.refused()) raise_refusal(record, decision);
@@ -75,8 +72,9 @@ TransitionDecision Transitions::decide_and_apply(const ResidencyAction& action, 
   return decision;
 }
 
+template <class Action>
 [[gnu::hot]]
-TransitionDecision Transitions::apply_planned(const TransitionDecision& planned, const ResidencyAction& action,
+TransitionDecision Transitions::apply_planned(const TransitionDecision& planned, const Action& action,
                                               ValueRecord& record, const std::optional<c10::Stream>& stream) {
   FHELIUM_CHECK(!planned.refused(), "a refused action passed its preflight");
   // Protection only ever refuses, and between the preflight and the action
@@ -291,5 +289,18 @@ void Transitions::validate(const ResidencyValueSpec& spec, const ResidentValue& 
                                         ", actual=" + std::to_string(actual_storage));
   }
 }
+
+// The four action types' instances (transitions.hpp declares them).
+#define FHELIUM_TRANSITIONS_FOR(Action)                                                                         \
+  template void Transitions::check_arguments<Action>(const Action&, const std::optional<c10::Stream>&) const;   \
+  template TransitionDecision Transitions::decide_and_apply<Action>(const Action&, ValueRecord&,                \
+                                                                    const std::optional<c10::Stream>&);         \
+  template TransitionDecision Transitions::apply_planned<Action>(const TransitionDecision&, const Action&,      \
+                                                                 ValueRecord&, const std::optional<c10::Stream>&);
+FHELIUM_TRANSITIONS_FOR(EnsureResident)
+FHELIUM_TRANSITIONS_FOR(MoveResident)
+FHELIUM_TRANSITIONS_FOR(DropResident)
+FHELIUM_TRANSITIONS_FOR(DiscardValue)
+#undef FHELIUM_TRANSITIONS_FOR
 
 }  // namespace fhelium::residency::detail

@@ -32,22 +32,28 @@ class Transitions {
       : runtime_(runtime), values_(values), ledger_(ledger), gate_(gate), version_(version) {}
 
   // The runtime's checks of an action's locations and of its transfer stream
-  // (only ensure and move accept one); throws std::invalid_argument.
-  void check_arguments(const ResidencyAction& action, const std::optional<c10::Stream>& stream) const;
+  // (only ensure and move accept one); throws std::invalid_argument. These
+  // three take an action of one type (EnsureResident, MoveResident,
+  // DropResident or DiscardValue): a caller that knows the type runs only
+  // that type's code, and one holding a ResidencyAction dispatches once.
+  template <class Action>
+  void check_arguments(const Action& action, const std::optional<c10::Stream>& stream) const;
 
   // Decides `action` for `record` with the transition rules, then throws the
   // error a refusal stands for, or carries the decision out unless it is a
   // no-op. On a failure part way (a copy or a load that throws) the state is
   // as before the action: temporary charges are returned, nothing installed.
-  TransitionDecision decide_and_apply(const ResidencyAction& action, ValueRecord& record,
+  template <class Action>
+  TransitionDecision decide_and_apply(const Action& action, ValueRecord& record,
                                       const std::optional<c10::Stream>& stream);
   // Carries out `planned`, the decision a plan's preflight made for `action`
   // on `record` by the same rules against a shadow of the state the action
   // now meets (a preflight that admitted the plan refused nothing), and
   // returns it; a record with a protected materialization is decided again
   // (decide_and_apply), since its protection may have outlived the shadow's.
-  TransitionDecision apply_planned(const TransitionDecision& planned, const ResidencyAction& action,
-                                   ValueRecord& record, const std::optional<c10::Stream>& stream);
+  template <class Action>
+  TransitionDecision apply_planned(const TransitionDecision& planned, const Action& action, ValueRecord& record,
+                                   const std::optional<c10::Stream>& stream);
 
   // Installs `value` as `record`'s materialization at `location`. An
   // EXCLUSIVE value may gain a second one only when
