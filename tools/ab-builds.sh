@@ -48,7 +48,9 @@ case ${#revisions[@]} in
 esac
 [ -f "$build/build.ninja" ] || { echo "ab-builds: $build is not a configured build directory" >&2; exit 2; }
 module_target=bench/residency-ab-rounds.so
-if ! ninja -C "$build" -t targets all 2> /dev/null | grep -q "^$module_target:"; then
+# The whole listing is read (no grep -q): under pipefail, a grep that quits at
+# the first match can leave ninja to die of SIGPIPE and fail the pipeline.
+if ! ninja -C "$build" -t targets all 2> /dev/null | grep "^$module_target:" > /dev/null; then
   echo "ab-builds: $build has no $module_target target (configure it with -Dbenchmarks=enabled and google-benchmark installed)" >&2
   exit 2
 fi

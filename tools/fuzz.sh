@@ -12,7 +12,7 @@ seconds=${1:-}
 build=${FUZZ_BUILD_DIR:-build-fuzz}
 missing=()
 for package in clang-14 libfuzzer-14-dev; do
-  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
+  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep "install ok installed" > /dev/null || missing+=("$package")
 done
 if [ ${#missing[@]} -gt 0 ]; then
   [ "$(id -u)" -eq 0 ] || { echo "fuzz: install ${missing[*]} (needs root)" >&2; exit 2; }

@@ -9,7 +9,7 @@ packages=(g++ meson ninja-build pkg-config ccache libtorch-dev libyaml-cpp-dev l
           chromium gcovr)
 missing=()
 for package in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
+  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep "install ok installed" > /dev/null || missing+=("$package")
 done
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]}"
