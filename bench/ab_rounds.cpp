@@ -13,7 +13,6 @@
 #include <chrono>
 #include <cstdio>
 #include <exception>
-#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -75,7 +74,7 @@ std::vector<ResidencyHandle> registered(ResidencyManager& manager, double* ns = 
 }
 
 // Each round returns nanoseconds per operation of its timed part.
-using Round = std::function<double()>;
+using Round = double (*)();
 
 double ensure_round() {
   auto manager = fresh_manager();

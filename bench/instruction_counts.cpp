@@ -191,24 +191,10 @@ void trace_workloads() {
   }
 }
 
-// A 1000-action plan: 500 ensures from sources and 500 drops.
-std::unique_ptr<ResidencyManager> mixed_plan(std::vector<ResidencyAction>& actions) {
-  auto manager = fresh_manager();
-  const auto source = clone_source(template_tensor());
-  for (std::int64_t i = 0; i < batch / 2; ++i) {
-    actions.push_back(EnsureResident{manager->register_source(source_spec(), source), PAGEABLE_HOST});
-  }
-  for (std::int64_t i = 0; i < batch / 2; ++i) {
-    const ResidencyHandle handle = manager->register_source(source_spec(), source);
-    manager->ensure(handle, PAGEABLE_HOST);
-    actions.push_back(DropResident{handle, PAGEABLE_HOST});
-  }
-  return manager;
-}
-
 void plan_workloads() {
-  std::vector<ResidencyAction> actions;
-  auto manager = mixed_plan(actions);
+  MixedPlan mixed;
+  ResidencyManager* const manager = mixed.manager.get();
+  const std::vector<ResidencyAction>& actions = mixed.actions;
   const ResidencyPlan plan{"mixed", actions};
   const ResidencyPlanExplanation explained = manager->explain(plan);
   expect(explained.feasible && explained.actions.size() == actions.size(), "the plan is feasible and explained whole");

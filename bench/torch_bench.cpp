@@ -19,7 +19,6 @@
 #include <ATen/ops/empty.h>
 #include <benchmark/benchmark.h>
 
-#include <chrono>
 #include <memory>
 #include <string>
 

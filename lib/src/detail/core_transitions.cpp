@@ -85,9 +85,11 @@ ResidencyTransitionReport ManagerCore::run_action(const std::optional<c10::Strea
 // append_run_locked's dispatch, where a call would cost more than the
 // dispatch saves.
 template <class Action>
-[[gnu::always_inline]] inline void ManagerCore::run_typed_locked(ResidencyTransitionReport& report, const Action& action,
-                                   const std::optional<c10::Stream>& stream, const PlanDryRun::Step* planned,
-                                   std::optional<std::int64_t> started_at_ns) {
+[[gnu::always_inline]] inline void ManagerCore::run_typed_locked(ResidencyTransitionReport& report,
+                                                                const Action& action,
+                                                                const std::optional<c10::Stream>& stream,
+                                                                const PlanDryRun::Step* planned,
+                                                                std::optional<std::int64_t> started_at_ns) {
   reap_locked();
   const std::int64_t started = started_at_ns ? *started_at_ns : clock_locked();
   ValueRecord& record = planned != nullptr ? *planned->record : values_.lookup(action.handle);

@@ -198,7 +198,7 @@ PlanDryRun::Result PlanDryRun::run(const PlanActions& actions,
     } else if (const auto* move = std::get_if<MoveResident>(&action)) {
       if (auto reason = shadow.prepare(move->to)) {
         // As in the reference, the registered source (if any) is reported.
-        return failed(record.source ? record.source_location : std::nullopt, move->to, *reason);
+        return failed(registered_source(record), move->to, *reason);
       }
       if (move->from_location) {
         if (auto reason = shadow.prepare(*move->from_location)) return failed(move->from_location, move->to, *reason);

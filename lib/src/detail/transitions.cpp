@@ -3,7 +3,6 @@
 
 #include <stdexcept>
 #include <type_traits>
-#include <variant>
 
 #include "detail/check.hpp"
 #include "detail/handle_text.hpp"
