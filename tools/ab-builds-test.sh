@@ -26,4 +26,9 @@ expect_refusal "$work/absent is not a configured build directory" --build "$work
 # A relative --build is the caller's, not the repository's.
 (cd "$work" && expect_refusal "$work/elsewhere is not a configured build directory" --build elsewhere HEAD)
 expect_refusal "'no-such-revision-here' is not a revision of this repository" --build "$build" no-such-revision-here
+# A configured build without the benchmarks has no module target to build
+# a revision's module with: a build file of one unrelated target stands in.
+mkdir "$work/no-benchmarks"
+printf 'rule stamp\n  command = touch $out\nbuild stamp: stamp\n' > "$work/no-benchmarks/build.ninja"
+expect_refusal "$work/no-benchmarks has no bench/residency-ab-rounds.so target" --build "$work/no-benchmarks" HEAD
 echo "ab-builds-test: ok"

@@ -2,9 +2,11 @@
 # residency-ab against its own modules: a build compared with a copy of
 # itself, with a module 1 us per operation slower (which it must find, with
 # the right sign and size), and with bad input (which it must refuse by name).
-# Usage: ab-driver-test.sh RESIDENCY_AB MODULE SLOWED_MODULE
+# Usage: ab-driver-test.sh RESIDENCY_AB MODULE SLOWED_MODULE NEXT_VERSION_MODULE INCOMPLETE_MODULE
+# (the last two export only an interface version: the next one, and this one)
 set -euo pipefail
 driver=$(realpath "$1") module=$(realpath "$2") slowed=$(realpath "$3")
+next_version=$(realpath "$4") incomplete=$(realpath "$5")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail() { echo "ab-driver-test: $*" >&2; exit 1; }
@@ -74,6 +76,9 @@ expect_refusal "are the same file" --rounds 6 "$module" "$module"
 expect_refusal "has no workload 'nope' (it has: acquire_release, adopt" --rounds 6 --workloads nope "$module" "$work/copy.so"
 echo "not a module" > "$work/text.so"
 expect_refusal "cannot load $work/text.so" --rounds 6 "$module" "$work/text.so"
+expect_refusal "$next_version: module interface version [0-9]*, this driver reads [0-9]*; rebuild it" \
+  --rounds 6 "$module" "$next_version"
+expect_refusal "$incomplete: not a residency-ab module (no fhelium_ab_round)" --rounds 6 "$incomplete" "$module"
 expect_refusal "rounds" --rounds 2 "$module" "$work/copy.so"
 expect_refusal "copies" --rounds 6 --copies 0 "$module" "$work/copy.so"
 expect_refusal "floor" --rounds 6 --floor -1 "$module" "$work/copy.so"
