@@ -150,15 +150,27 @@ void erase(ShadowLocations& locations, const ResidencyLocation& location) {
 
 }  // namespace
 
-[[gnu::hot]]
 PlanDryRun::Result PlanDryRun::run(const PlanActions& actions,
                                    const std::vector<MemoryReservation>& reservations, std::size_t reservations_after,
                                    std::vector<ResidencyActionExplanation>* explanations) {
+  if (explanations != nullptr) return run_as<true>(actions, reservations, reservations_after, explanations);
+  return run_as<false>(actions, reservations, reservations_after, nullptr);
+}
+
+// One body for both kinds of run, compiled for each: a preflight keeps no
+// reason for a no-op and reads nothing of an action's outcome but whether it
+// was refused and why.
+template <bool explain>
+[[gnu::hot]]
+PlanDryRun::Result PlanDryRun::run_as(const PlanActions& actions,
+                                      const std::vector<MemoryReservation>& reservations,
+                                      std::size_t reservations_after,
+                                      std::vector<ResidencyActionExplanation>* explanations) {
   Result result;
   // Steps are for execution: an explanation carries what it needs itself.
-  const bool keep_steps = explanations == nullptr;
+  constexpr bool keep_steps = !explain;
   const std::size_t action_count = actions.size();
-  if (keep_steps) result.steps.reserve(action_count);
+  if constexpr (keep_steps) result.steps.reserve(action_count);
   Shadow shadow(ledger_, runtime_, ++runs_);
 
   const auto admit_reservations = [&]() -> std::optional<std::string> {
@@ -172,8 +184,10 @@ PlanDryRun::Result PlanDryRun::run(const PlanActions& actions,
   };
 
   // One action against the shadow. Reasons are built for refusals always, for
-  // no-ops only when the explanation is recorded.
-  const auto simulate = [&](const ResidencyAction& action) -> Outcome {
+  // no-ops only when the explanation is recorded. Inline in the loop: called,
+  // it returned its outcome through memory, about 30 instructions an action
+  // more (tools/instruction-counts.sh, execute_actions and explain).
+  const auto simulate = [&](const ResidencyAction& action) __attribute__((always_inline)) -> Outcome {
     ValueRecord* record_pointer = nullptr;
     try {
       record_pointer = &values_.lookup(action_handle(action));
@@ -210,14 +224,14 @@ PlanDryRun::Result PlanDryRun::run(const PlanActions& actions,
     ShadowLocations& locations = shadow.locations_of(record);
     const ShadowView view(record, locations, lifetimes_, runtime_);
     const TransitionDecision decision = decide_transition(action, view);
-    if (keep_steps) result.steps.push_back(Step{record_pointer, decision});
+    if constexpr (keep_steps) result.steps.push_back(Step{record_pointer, decision});
     std::optional<std::string> reason;
     if (decision.refused()) {
       reason = refusal_reason(decision, decision.refusal == Refusal::discard_protected
                                             ? view.protected_locations()
                                             : std::vector<ResidencyLocation>{});
     } else if (decision.changes_nothing()) {
-      if (explanations != nullptr) reason = decision.no_op;
+      if constexpr (explain) reason = decision.no_op;
     } else if (decision.discard) {
       while (!locations.empty()) {
         shadow.uncharge(locations.back(), charge);
@@ -251,7 +265,7 @@ PlanDryRun::Result PlanDryRun::run(const PlanActions& actions,
   // `reservations_after` (after the last when it is the count), up to the
   // first refusal, which is explained too.
   std::optional<std::string>& failure = result.failure;
-  if (explanations != nullptr) explanations->reserve(action_count);
+  if constexpr (explain) explanations->reserve(action_count);
   std::size_t index = 0;
   for (const auto& list : actions.lists) {
     for (const ResidencyAction& action : list) {
@@ -261,7 +275,7 @@ PlanDryRun::Result PlanDryRun::run(const PlanActions& actions,
       }
       Outcome outcome = simulate(action);
       if (!outcome.executable) failure = outcome.reason;
-      if (explanations != nullptr) {
+      if constexpr (explain) {
         explanations->emplace_back(RecordAssembly::key(), action, outcome.executable, outcome.no_op, outcome.source,
                                    outcome.destination, outcome.logical_nbytes, outcome.storage_nbytes,
                                    std::move(outcome.reason));

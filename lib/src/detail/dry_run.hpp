@@ -69,6 +69,10 @@ class PlanDryRun {
              std::size_t reservations_after, std::vector<ResidencyActionExplanation>* explanations);
 
  private:
+  template <bool explain>
+  Result run_as(const PlanActions& actions, const std::vector<MemoryReservation>& reservations,
+                std::size_t reservations_after, std::vector<ResidencyActionExplanation>* explanations);
+
   DeviceRuntime& runtime_;
   ValueTable& values_;
   const LocationLedger& ledger_;
