@@ -30,6 +30,10 @@ TEST_F(PlanFixture, ExecuteActionsRunsInOrderAndReportsEachTransition) {
   EXPECT_EQ(report.transitions[0].source, PAGEABLE_HOST);
   EXPECT_TRUE(report.transitions[2].no_op);
   EXPECT_TRUE(report.transitions[3].no_op);
+  // The preflight's decisions carry their no-op reasons into the reports.
+  EXPECT_EQ(report.transitions[2].reason, "destination already resident");
+  EXPECT_EQ(report.transitions[3].reason, "materialization already absent");
+  EXPECT_FALSE(report.transitions[0].reason.has_value());
   EXPECT_LE(report.started_at_ns, report.completed_at_ns);
   EXPECT_EQ(location_state(manager, CUDA0).used_bytes, 128);
   EXPECT_THROW(manager.execute_actions({}, " "), std::invalid_argument);
@@ -209,9 +213,12 @@ TEST_F(PlanFixture, ExplainPredictsWithoutChangingState) {
   EXPECT_TRUE(explanation.feasible);
   ASSERT_EQ(explanation.actions.size(), 5u);
   EXPECT_TRUE(explanation.actions[0].no_op);
+  EXPECT_EQ(explanation.actions[0].reason, "destination already resident");
   EXPECT_EQ(explanation.actions[1].source, PAGEABLE_HOST);
+  EXPECT_FALSE(explanation.actions[1].reason.has_value());
   EXPECT_EQ(explanation.actions[2].source, PINNED_HOST);  // reconstruction
   EXPECT_TRUE(explanation.actions[3].no_op);
+  EXPECT_EQ(explanation.actions[3].reason, "destination already resident");
   EXPECT_EQ(explanation.actions[4].destination, PAGEABLE_HOST);
   // Tracked locations in registration order, then locations first referenced by the plan.
   ASSERT_EQ(explanation.predicted_peak_bytes.size(), 4u);
@@ -480,7 +487,7 @@ TEST_F(PlanFixture, MovedScopesKeepOwnershipAndReassignmentAbandonsTheOldOne) {
   EXPECT_EQ(manager.diagnostics().size(), 1u);
 }
 
-TEST_F(PlanFixture, TransferStreamsAreValidatedAndUsed) {
+TEST_F(PlanFixture, TransferStreamsAreValidatedBeforeAnyAction) {
   const TransferStreams good{{CUDA0, fixture.runtime->stream(0, 4)}};
   EXPECT_NO_THROW(manager.execute_actions({MoveResident{a, CUDA0, {}}}, "streamed", good));
   const TransferStreams wrong{{CUDA0, fixture.runtime->stream(1, 4)}};
@@ -488,6 +495,38 @@ TEST_F(PlanFixture, TransferStreamsAreValidatedAndUsed) {
   const TransferStreams host{{PAGEABLE_HOST, fixture.runtime->stream(0)}};
   EXPECT_THROW(manager.execute_actions({}, "streamed", host), std::invalid_argument);
   EXPECT_EQ(resident_at(manager, b), std::vector<ResidencyLocation>{PAGEABLE_HOST});
+}
+
+// Each planned ensure and move copies on the stream given for its
+// destination; a drop takes none. In execute_actions and in a scope's reclaim,
+// enter and exit phases alike.
+TEST(PlanStreams, EachCopyRunsOnItsDestinationsStream) {
+  harness::SimulatedRuntimeOptions options;
+  options.record_activity = true;
+  SimulatedFixture fixture = make_fixture({}, options);
+  ResidencyManager& manager = *fixture.manager;
+  const ResidencyHandle a = manager.adopt(make_value(16), PAGEABLE_HOST, ReplicaMode::replicable);
+  const ResidencyHandle b = manager.adopt(make_value(16), PAGEABLE_HOST, ReplicaMode::replicable);
+  const TransferStreams streams{{CUDA0, fixture.runtime->stream(0, 4)}, {CUDA1, fixture.runtime->stream(1, 5)}};
+  const auto copies = [&] {
+    std::vector<std::pair<ResidencyLocation, std::int64_t>> found;
+    for (const harness::RuntimeActivity& item : fixture.runtime->activity()) {
+      if (item.kind == harness::RuntimeActivity::Kind::copy) found.emplace_back(item.destination, item.stream_id);
+    }
+    return found;
+  };
+  manager.execute_actions({EnsureResident{a, CUDA0}, MoveResident{b, CUDA1, {}}, DropResident{a, CUDA0}}, "streamed",
+                          streams);
+  using Copies = std::vector<std::pair<ResidencyLocation, std::int64_t>>;
+  EXPECT_EQ(copies(), (Copies{{CUDA0, 4}, {CUDA1, 5}}));
+
+  // Reclaim, enter and exit each copy once: b to cuda:0, a to cuda:1, a to cuda:0.
+  ResidencyScope scope = manager.scope(
+      ResidencyPlan{"scoped", {EnsureResident{a, CUDA1}}, {EnsureResident{a, CUDA0}}, {}, {EnsureResident{b, CUDA0}}},
+      streams);
+  scope.enter();
+  ASSERT_TRUE(scope.close().has_value());
+  EXPECT_EQ(copies(), (Copies{{CUDA0, 4}, {CUDA1, 5}, {CUDA0, 4}, {CUDA1, 5}, {CUDA0, 4}}));
 }
 
 TEST_F(PlanFixture, FeasibleExplanationsExecuteWithinTheirPredictedPeaks) {

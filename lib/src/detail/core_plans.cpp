@@ -104,16 +104,6 @@ void ManagerCore::check_streams_locked(const TransferStreams& streams) const {
   for (const auto& [location, stream] : streams) runtime_->check_stream(location, stream);
 }
 
-std::optional<c10::Stream> ManagerCore::stream_for(const ResidencyAction& action, const TransferStreams& streams) {
-  const ResidencyLocation* destination = nullptr;
-  if (const auto* ensure = std::get_if<EnsureResident>(&action)) destination = &ensure->location;
-  if (const auto* move = std::get_if<MoveResident>(&action)) destination = &move->to;
-  if (destination == nullptr) return std::nullopt;
-  const auto found = streams.find(*destination);
-  if (found == streams.end()) return std::nullopt;
-  return found->second;
-}
-
 // Explain changes nothing, so its handles need no check before the dry run: a
 // handle the dry run resolves is one this manager issued, and every issued
 // handle is well formed (its value_type is a validated ResidencyValueSpec's,
@@ -167,7 +157,7 @@ ResidencyPlanReport ManagerCore::execute_actions(const std::vector<ResidencyActi
   for (std::size_t index = 0; index < actions.size(); ++index) {
     try {
       // Each action after the first starts when the previous one completed.
-      append_run_locked(transitions, actions[index], stream_for(actions[index], streams), &preflight.steps[index],
+      append_run_locked(transitions, actions[index], streams, &preflight.steps[index],
                         previous_completion(transitions, 0));
     } catch (...) {
       throw_execution_error(name, {PlanPhase::execute, actions[index], static_cast<std::int64_t>(index)},
@@ -204,7 +194,7 @@ ScopeEntry ManagerCore::enter_scope(const ResidencyPlan& plan, const TransferStr
     const std::size_t before = entry.transitions.size();
     for (std::size_t index = 0; index < phase_actions.size(); ++index) {
       try {
-        append_run_locked(entry.transitions, phase_actions[index], stream_for(phase_actions[index], streams),
+        append_run_locked(entry.transitions, phase_actions[index], streams,
                           &preflight.steps[first + index], previous_completion(entry.transitions, before));
       } catch (...) {
         throw_execution_error(plan.name, {phase, phase_actions[index], static_cast<std::int64_t>(index)},
@@ -242,7 +232,7 @@ ResidencyPlanReport ManagerCore::exit_scope(const ResidencyPlan& plan, const Tra
   const std::size_t before = transitions.size();
   for (std::size_t index = 0; index < plan.exit.size(); ++index) {
     try {
-      append_run_locked(transitions, plan.exit[index], stream_for(plan.exit[index], streams), nullptr,
+      append_run_locked(transitions, plan.exit[index], streams, nullptr,
                         previous_completion(transitions, before));
     } catch (...) {
       throw_execution_error(plan.name, {PlanPhase::exit, plan.exit[index], static_cast<std::int64_t>(index)},

@@ -15,6 +15,22 @@
 
 namespace fhelium::residency::detail {
 
+namespace {
+
+// The transfer stream `streams` gives a plan's action: the one for its
+// destination (ensure, move); none for a drop or a discard.
+template <class Action>
+std::optional<c10::Stream> stream_for(const Action& action, const TransferStreams& streams) {
+  const ResidencyLocation* destination = nullptr;
+  if constexpr (std::is_same_v<Action, EnsureResident>) destination = &action.location;
+  if constexpr (std::is_same_v<Action, MoveResident>) destination = &action.to;
+  if (destination == nullptr) return std::nullopt;
+  const auto found = streams.find(*destination);
+  if (found == streams.end()) return std::nullopt;
+  return found->second;
+}
+
+}  // namespace
 
 ResidencyHandle ManagerCore::adopt(ResidentValue&& value, std::optional<ResidencyLocation> at,
                                    ReplicaMode replica_mode) {
@@ -129,17 +145,18 @@ template <class Action>
 
 [[gnu::hot]]
 void ManagerCore::append_run_locked(std::vector<ResidencyTransitionReport>& reports, const ResidencyAction& action,
-                                    const std::optional<c10::Stream>& stream, const PlanDryRun::Step* planned,
+                                    const TransferStreams& streams, const PlanDryRun::Step* planned,
                                     std::optional<std::int64_t> started_at_ns) {
-  // One dispatch on the action's type: the report's copy of the action and
-  // the run both know it.
+  // One dispatch on the action's type: the report's copy of the action, its
+  // stream and the run all know it.
   std::visit(
       [&](const auto& typed) {
         using Action = std::decay_t<decltype(typed)>;
         ResidencyTransitionReport& report =
             reports.emplace_back(RecordAssembly::key(), std::in_place, std::in_place_type<Action>, typed);
         try {
-          run_typed_locked(report, *std::get_if<Action>(&report.action), stream, planned, started_at_ns);
+          run_typed_locked(report, *std::get_if<Action>(&report.action), stream_for(typed, streams), planned,
+                           started_at_ns);
         } catch (...) {
           reports.pop_back();
           throw;

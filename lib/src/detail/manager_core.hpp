@@ -182,7 +182,6 @@ class ManagerCore : public std::enable_shared_from_this<ManagerCore> {
   void diagnose_locked(std::string message);
   void require_expected_version_locked(std::optional<std::uint64_t> expected) const;
   void check_streams_locked(const TransferStreams& streams) const;
-  static std::optional<c10::Stream> stream_for(const ResidencyAction& action, const TransferStreams& streams);
 
   // Primitives (core_transitions.cpp): one action, timed and reported.
   // run_typed_locked carries out `action`, report.action's alternative of
@@ -200,10 +199,11 @@ class ManagerCore : public std::enable_shared_from_this<ManagerCore> {
                         const std::optional<c10::Stream>& stream, const PlanDryRun::Step* planned,
                         std::optional<std::int64_t> started_at_ns);
   // A plan's `action`, run with its report built at the end of `reports`
-  // (copied there once, never moved); on a failure the report is removed
-  // again and the error propagates.
+  // (copied there once, never moved) and its transfer stream taken from
+  // `streams`; on a failure the report is removed again and the error
+  // propagates.
   void append_run_locked(std::vector<ResidencyTransitionReport>& reports, const ResidencyAction& action,
-                         const std::optional<c10::Stream>& stream, const PlanDryRun::Step* planned,
+                         const TransferStreams& streams, const PlanDryRun::Step* planned,
                          std::optional<std::int64_t> started_at_ns);
   std::pair<std::optional<std::int64_t>, std::optional<std::int64_t>> sample_allocator_locked(
       const std::optional<c10::Device>& device);

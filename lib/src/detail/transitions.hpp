@@ -32,7 +32,8 @@ class Transitions {
       : runtime_(runtime), values_(values), ledger_(ledger), gate_(gate), version_(version) {}
 
   // The runtime's checks of an action's locations and of its transfer stream
-  // (only ensure and move accept one); throws std::invalid_argument. These
+  // (only ensure and move take one; a drop or discard given one is a bug);
+  // throws std::invalid_argument. These
   // three take an action of one type (EnsureResident, MoveResident,
   // DropResident or DiscardValue): a caller that knows the type runs only
   // that type's code, and one holding a ResidencyAction dispatches once.
