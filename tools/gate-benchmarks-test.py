@@ -9,7 +9,9 @@ the median of a counter the benchmark reports (a baseline it timed in the
 same iterations), `ratio_to` bounds a benchmark by a multiple of another
 and `ratio_counter` by the median of its ratio counter. Also: a required
 "suite/test" finds its test in a log that names tests without their suite
-(meson does so in a build with one suite, such as the fuzz build).
+(meson does so in a build with one suite, such as the fuzz build), and the
+host's own benchmark marks a failure of timed checks alone on a slow host
+inconclusive, and nothing else (host_cases).
 
 Usage: gate-benchmarks-test.py RESIDENCY_GATE WORK_DIR"""
 import json
@@ -56,6 +58,121 @@ def paired(name, ns_per_item, counter, samples):
     for row, value in zip(rows, samples + [sum(samples) / len(samples), sorted(samples)[len(samples) // 2]]):
         row[counter] = value
     return rows
+
+
+def passing_inputs(work):
+    """The gate's other inputs, each passing with nothing required."""
+    (work / "testlog.json").write_text("")
+    (work / "replay.json").write_text(json.dumps({"passed": 1, "failed": 0, "fault_coverage": {
+        "never_fired": [], "pairs": [], "never_reached": [], "error_paths": []}}))
+    (work / "coverage.json").write_text(json.dumps({f"{kind}_{field}": value for kind in ("line", "branch")
+                                                     for field, value in (("percent", 100), ("covered", 1),
+                                                                          ("total", 1))}))
+    (work / "swarm.json").write_text(json.dumps({"steps": 1, "runs": 1, "failures": [], "faults_by_kind": {}}))
+
+
+def run_gate(gate, work, fuzz_log=None):
+    log = str(work / "testlog.json")
+    return subprocess.run([gate, "--build-dir", str(work), "--thresholds", str(work / "thresholds.json"),
+                           "--tests", log, "--asan-tests", log, "--tsan-tests", log,
+                           "--fuzz-tests", fuzz_log or log,
+                           "--coverage", str(work / "coverage.json"), "--swarm", str(work / "swarm.json")],
+                          capture_output=True, text=True)
+
+
+def host_cases(gate, work):
+    """The host's own speed (thresholds "host": a benchmark's time, or a
+    paired benchmark's baseline counter, each with its usual time): a run
+    whose every failure is timed, with some reading above its usual time, is
+    inconclusive (and still fails); a failure no slow host explains, a usual
+    host, or a missing reading leaves a plain failure; a pass stays a pass."""
+    thresholds = {
+        "required_suites": [], "min_scenarios": 1,
+        "sanitizers": {kind: {"required_suites": []} for kind in ("address", "thread", "fuzz")},
+        "coverage": {"min_line_percent": 0, "min_branch_percent": 0},
+        "swarm": {"min_steps": 0, "fault_kinds": []},
+        "speed": {"baseline_ratios": {}, "tolerance": 2.0},
+        "complexity": {},
+        "contention": {"min_efficiency": 0.8},
+        "data_movement": {"max_ratio": 1.15, "min_bytes": 67108864},
+        "host": [{"benchmark": "BM_HostLoad", "usual_max_ns": 1100},
+                 {"benchmark": "BM_Paired/manual_time", "counter": "base_ns", "usual_max_ns": 100}],
+        "targets": [{"benchmark": "BM_Op", "max_ns": 100}],
+    }
+    common = [run("BM_Reference", 10.0), run("BM_Contention/real_time/threads:1", 100.0),
+              run("BM_Contention/real_time/threads:4", 100.0 / 1.1),
+              run("BM_ManagerMove/67108864/real_time", 100.0), run("BM_RawCopy/67108864/real_time", 100.0)]
+    cases = [
+        # name, host load and paired baseline (None: absent), BM_Op time, extra target, passed, inconclusive
+        ("slow load, only a timed miss", 1500.0, 90.0, 150.0, None, False, True),
+        ("slow paired baseline, only a timed miss", 1000.0, 130.0, 150.0, None, False, True),
+        ("slow host, a missing benchmark too", 1500.0, 90.0, 150.0, {"benchmark": "BM_Absent", "max_ns": 100},
+         False, False),
+        ("usual host, a timed miss", 1000.0, 90.0, 150.0, None, False, False),
+        ("slow host, every target met", 1500.0, 130.0, 90.0, None, True, False),
+        ("no host benchmark", None, 130.0, 150.0, None, False, False),
+        ("no paired baseline", 1500.0, None, 150.0, None, False, False),
+    ]
+    failures = []
+    for name, load, base, op, extra, want_passed, want_inconclusive in cases:
+        case = work / name.replace(" ", "-").replace(",", "")
+        case.mkdir(parents=True)
+        passing_inputs(case)
+        rows = common + [run("BM_Op", op)] + ([run("BM_HostLoad", load)] if load is not None else [])
+        paired_row = run("BM_Paired/manual_time", 500.0)
+        if base is not None:
+            paired_row["base_ns"] = base
+        rows.append(paired_row)
+        (case / "bench.json").write_text(json.dumps({"benchmarks": rows}))
+        (case / "thresholds.json").write_text(json.dumps(
+            thresholds | {"targets": thresholds["targets"] + ([extra] if extra else [])}))
+        result = run_gate(gate, case)
+        verdict = json.loads((case / "gate-verdict.json").read_text())
+        got = (result.returncode, verdict["passed"], verdict["inconclusive"])
+        want = (0 if want_passed else 1, want_passed, want_inconclusive)
+        if got != want:
+            failures.append(f"{name}: expected (status, passed, inconclusive) {want}, got {got}\n{result.stdout}")
+            continue
+        said = "inconclusive: the host ran slow" in result.stdout
+        if said != want_inconclusive:
+            failures.append(f"{name}: the summary {'does not say' if want_inconclusive else 'says'} inconclusive\n"
+                            f"{result.stdout}")
+        checks = {check["name"]: (check["passed"], check["measured"]) for check in verdict["checks"]}
+        readings = []
+        if load is None:
+            if checks.get("host BM_HostLoad") != (False, "missing"):
+                failures.append(f"{name}: expected a failed 'host BM_HostLoad' check, got "
+                                f"{checks.get('host BM_HostLoad')}")
+        else:
+            readings.append({"benchmark": "BM_HostLoad", "measured_ns": load, "usual_max_ns": 1100,
+                             "slow": load > 1100})
+        if base is None:
+            if checks.get("host BM_Paired/manual_time base_ns") != (False, "missing"):
+                failures.append(f"{name}: expected a failed 'host BM_Paired/manual_time base_ns' check, got "
+                                f"{checks.get('host BM_Paired/manual_time base_ns')}")
+        else:
+            readings.append({"benchmark": "BM_Paired/manual_time", "counter": "base_ns", "measured_ns": base,
+                             "usual_max_ns": 100, "slow": base > 100})
+        if verdict.get("host") != readings:
+            failures.append(f"{name}: host readings {verdict.get('host')}, expected {readings}")
+    # A malformed host entry is unreadable input (status 2), named as such.
+    for name, host in [("host without a usual time", [{"benchmark": "BM_HostLoad"}]),
+                       ("host with a usual time of 0", [{"benchmark": "BM_HostLoad", "usual_max_ns": 0}]),
+                       ("host with a numeric counter", [{"benchmark": "BM_HostLoad", "counter": 1,
+                                                         "usual_max_ns": 10}]),
+                       ("host as one entry, not a list", {"benchmark": "BM_HostLoad", "usual_max_ns": 1100}),
+                       ("host as an empty list", [])]:
+        case = work / name.replace(" ", "-").replace(",", "")
+        case.mkdir(parents=True)
+        passing_inputs(case)
+        (case / "bench.json").write_text(json.dumps({"benchmarks": common + [run("BM_Op", 90.0),
+                                                                             run("BM_HostLoad", 900.0)]}))
+        (case / "thresholds.json").write_text(json.dumps(thresholds | {"host": host}))
+        result = run_gate(gate, case)
+        if result.returncode != 2 or 'thresholds "host" must be a non-empty list' not in result.stderr:
+            failures.append(f"{name}: expected status 2 naming the host entry, got {result.returncode}\n"
+                            f"{result.stderr}")
+    return failures
 
 
 def main():
@@ -125,23 +242,12 @@ def main():
         ],
     }
     (work / "thresholds.json").write_text(json.dumps(thresholds))
-    (work / "testlog.json").write_text("")
-    (work / "replay.json").write_text(json.dumps({"passed": 1, "failed": 0, "fault_coverage": {
-        "never_fired": [], "pairs": [], "never_reached": [], "error_paths": []}}))
-    (work / "coverage.json").write_text(json.dumps({f"{kind}_{field}": value for kind in ("line", "branch")
-                                                     for field, value in (("percent", 100), ("covered", 1),
-                                                                          ("total", 1))}))
-    (work / "swarm.json").write_text(json.dumps({"steps": 1, "runs": 1, "failures": [], "faults_by_kind": {}}))
+    passing_inputs(work)
 
     # A build whose tests are all of one suite: meson names them without it.
     (work / "fuzz-testlog.json").write_text("\n".join(json.dumps({"name": name, "result": result}) for name, result in
                                                        [("fuzz-loader", "OK"), ("fuzz-replay", "FAIL")]) + "\n")
-    log = str(work / "testlog.json")
-    result = subprocess.run([gate, "--build-dir", str(work), "--thresholds", str(work / "thresholds.json"),
-                             "--tests", log, "--asan-tests", log, "--tsan-tests", log,
-                             "--fuzz-tests", str(work / "fuzz-testlog.json"),
-                             "--coverage", str(work / "coverage.json"), "--swarm", str(work / "swarm.json")],
-                            capture_output=True, text=True)
+    result = run_gate(gate, work, str(work / "fuzz-testlog.json"))
     print(result.stdout, result.stderr, sep="\n")
     if result.returncode != 1:
         sys.exit(f"expected exit status 1 (some targets fail), got {result.returncode}")
@@ -179,6 +285,11 @@ def main():
     }
     failures = [f"{name}: expected {want}, got {outcomes.get(name)}" for name, want in expected.items()
                 if outcomes.get(name) != want]
+    # Thresholds that name no host benchmark: no host record, never inconclusive.
+    if "host" in verdict or verdict["inconclusive"]:
+        failures.append(f"no host in the thresholds, yet host {verdict.get('host')}, "
+                        f"inconclusive {verdict['inconclusive']}")
+    failures += host_cases(gate, work / "host")
     if failures:
         sys.exit("\n".join(failures))
     print("gate benchmark checks: as expected")

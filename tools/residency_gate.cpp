@@ -1,7 +1,8 @@
 // residency-gate: the release gate. Reads the results of the invariant suites
 // (meson's test log), the scenario replay report and the benchmark JSON,
-// compares them with the committed thresholds (bench/thresholds.json: ratios
-// and complexity classes, never absolute times), prints a verdict table,
+// compares them with the committed thresholds (bench/thresholds.json: speed
+// ratios to an in-run reference, complexity classes, and the core engine's
+// per-operation targets on this machine class), prints a verdict table,
 // writes a JSON verdict, and exits non-zero on any failed invariant, missing
 // suite or regression beyond tolerance. --update-baseline records the current
 // benchmark ratios as the new baseline, deliberately.
@@ -9,7 +10,10 @@
 // Thresholds come from --thresholds, else the build directory's copy
 // (BUILD/bench/thresholds.json), else the installed data directory, so an
 // installed gate works from any directory. Exit status: 0 pass, 1 a verdict
-// failed, 2 usage error or unreadable/invalid input.
+// failed, 2 usage error or unreadable/invalid input. A failed verdict whose
+// every failure is a timed check, in a run where a reading of the host's own
+// speed (thresholds "host") was above its usual time, is marked inconclusive
+// in the output and the JSON verdict; it still exits 1.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -19,7 +23,10 @@
 #include <iomanip>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <sstream>
+#include <string>
+#include <vector>
 
 using nlohmann::json;
 
@@ -30,6 +37,23 @@ struct Check {
   std::string measured;
   std::string threshold;
   bool passed;
+  // Judged from measured times (speed, complexity, targets, data movement,
+  // contention): a slow host can fail it without a regression. A check that
+  // found its benchmark missing or stopped with an error is not.
+  bool timed = false;
+};
+
+// One reading of the host's own speed in this run (thresholds "host"): a
+// benchmark that runs no manager code, or the baseline counter a paired
+// benchmark timed in the same iterations as its operation. Above its usual
+// time, the host ran slow while it was measured.
+struct HostProbe {
+  std::string benchmark;
+  std::string counter;  // empty: the benchmark's own time per item
+  double measured_ns;
+  double usual_max_ns;
+  bool slow() const { return measured_ns > usual_max_ns; }
+  std::string name() const { return counter.empty() ? benchmark : benchmark + " " + counter; }
 };
 
 json read_json(const std::string& path) {
@@ -234,7 +258,7 @@ class Gate {
       }
       const double measured = *value / *reference;
       if (update) ratio = std::round(measured * 100.0) / 100.0;
-      add("speed " + name, fixed(*value, 1) + " ns/item = " + fixed(measured) + "x reference",
+      timed("speed " + name, fixed(*value, 1) + " ns/item = " + fixed(measured) + "x reference",
           "<= " + fixed(ratio.get<double>() * tolerance) + "x (baseline " + fixed(ratio.get<double>()) + " x " +
               fixed(tolerance, 1) + ")",
           measured <= ratio.get<double>() * tolerance);
@@ -245,14 +269,56 @@ class Gate {
     }
     movement(runs);
     contention(runs);
+    host(ns_per_item, counter);
   }
 
   const std::vector<Check>& checks() const { return checks_; }
   const json& thresholds() const { return thresholds_; }
+  // The host's readings; empty when the thresholds name none.
+  const std::vector<HostProbe>& host_probes() const { return host_; }
 
  private:
   void add(std::string name, std::string measured, std::string threshold, bool passed) {
     checks_.push_back({std::move(name), std::move(measured), std::move(threshold), passed});
+  }
+  void timed(std::string name, std::string measured, std::string threshold, bool passed) {
+    checks_.push_back({std::move(name), std::move(measured), std::move(threshold), passed, true});
+  }
+
+  // The host's speed (thresholds "host": a list of readings, each a
+  // benchmark of no manager code, or a paired benchmark's baseline
+  // `counter`, with its usual time per item on this machine class). A
+  // reading named and not found is a failed check: without it a timed
+  // failure could not be read.
+  template <class Lookup, class CounterLookup>
+  void host(const Lookup& ns_per_item, const CounterLookup& counter) {
+    if (!thresholds_.contains("host")) return;
+    const json& probes = thresholds_.at("host");
+    const auto malformed = [&] {
+      return InvalidInput(R"(thresholds "host" must be a non-empty list of {"benchmark": NAME, "usual_max_ns": )"
+                          R"(NS above 0} entries, each with an optional "counter": NAME; got )" + probes.dump());
+    };
+    if (!probes.is_array() || probes.empty()) throw malformed();
+    for (const json& probe : probes) {
+      if (!probe.is_object() || !probe.contains("benchmark") || !probe.at("benchmark").is_string() ||
+          !probe.contains("usual_max_ns") || !probe.at("usual_max_ns").is_number() ||
+          !(probe.at("usual_max_ns").get<double>() > 0) ||
+          (probe.contains("counter") && !probe.at("counter").is_string())) {
+        throw malformed();
+      }
+    }
+    for (const json& probe : probes) {
+      HostProbe reading{probe.at("benchmark").get<std::string>(), probe.value("counter", std::string()), 0,
+                        probe.at("usual_max_ns").get<double>()};
+      const auto value = reading.counter.empty() ? ns_per_item(reading.benchmark)
+                                                 : counter(reading.benchmark, reading.counter);
+      if (!value) {
+        add("host " + reading.name(), "missing", "present (the host's speed in this run)", false);
+        continue;
+      }
+      reading.measured_ns = *value;
+      host_.push_back(std::move(reading));
+    }
   }
 
   // One measurement per benchmark run name. With --benchmark_repetitions the
@@ -319,7 +385,7 @@ class Gate {
     }
     const double exponent = numerator / denominator;
     const double maximum = limit.value("max_exponent", 1.15);
-    add("complexity " + name, "O(N^" + fixed(exponent) + ")",
+    timed("complexity " + name, "O(N^" + fixed(exponent) + ")",
         limit.value("class", std::string("N")) + " (exponent <= " + fixed(maximum) + ")", exponent <= maximum);
   }
 
@@ -349,7 +415,7 @@ class Gate {
         add("target " + name, "missing counter " + ratio_name, "present", false);
         return;
       }
-      add("target " + name, fixed(*value, 1) + " ns/item, " + ratio_name + " " + fixed(*ratio, 3),
+      timed("target " + name, fixed(*value, 1) + " ns/item, " + ratio_name + " " + fixed(*ratio, 3),
           ratio_name + " <= " + fixed(max_ratio, 3), *ratio <= max_ratio);
       return;
     }
@@ -362,7 +428,7 @@ class Gate {
         return;
       }
       const double ratio = *value / *base_ns;
-      add("target " + name, fixed(*value, 1) + " ns/item = " + fixed(ratio, 3) + "x " + base,
+      timed("target " + name, fixed(*value, 1) + " ns/item = " + fixed(ratio, 3) + "x " + base,
           "<= " + fixed(max_ratio, 3) + "x " + base, ratio <= max_ratio);
       return;
     }
@@ -412,7 +478,7 @@ class Gate {
       }
       threshold += ", or " + within_counter + " <= " + fixed(within, 0) + " ns";
     }
-    add("target " + name, what, threshold, passed);
+    timed("target " + name, what, threshold, passed);
   }
 
   void movement(const std::map<std::string, json>& runs) {
@@ -432,7 +498,7 @@ class Gate {
         continue;
       }
       const double ratio = run.at("real_time").get<double>() / raw->second.at("real_time").get<double>();
-      add(check, fixed(ratio) + "x raw copy", "<= " + fixed(max_ratio) + "x", ratio <= max_ratio);
+      timed(check, fixed(ratio) + "x raw copy", "<= " + fixed(max_ratio) + "x", ratio <= max_ratio);
     }
     // No manager move of at least min_bytes measured: nothing was judged.
     if (!judged) add("data movement", "missing", "BM_ManagerMove of at least " + mebibytes(min_bytes), false);
@@ -450,12 +516,13 @@ class Gate {
       add("contention", "missing", "1 and 4 thread runs", false);
       return;
     }
-    add("contention 4 threads", fixed(*four / *one) + "x one thread's throughput", ">= " + fixed(minimum) + "x",
+    timed("contention 4 threads", fixed(*four / *one) + "x one thread's throughput", ">= " + fixed(minimum) + "x",
         *four / *one >= minimum);
   }
 
   json thresholds_;
   std::vector<Check> checks_;
+  std::vector<HostProbe> host_;
 };
 
 }  // namespace
@@ -481,7 +548,8 @@ int main(int argc, char** argv) {
   app.add_flag("--update-baseline", update,
                "Record the measured speed ratios as the new baseline in the --thresholds file");
   app.set_version_flag("--version", "residency-gate " FHELIUM_RESIDENCY_VERSION);
-  app.footer("Exit status: 0 pass, 1 a check failed, 2 usage error or unreadable input.");
+  app.footer("Exit status: 0 pass, 1 a check failed (\"inconclusive\" in the verdict when only timed checks failed "
+             "on a host that ran slow), 2 usage error or unreadable input.");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
@@ -555,12 +623,50 @@ int main(int argc, char** argv) {
       passed = passed && check.passed;
     }
     verdict["passed"] = passed;
+    // A run whose every failure is timed, on a host that ran slow, shows no
+    // regression either way: its verdict still fails, as inconclusive, and
+    // release-gate.sh runs the benchmarks again. A pass is a pass on any host.
+    bool inconclusive = false;
+    if (!gate.host_probes().empty()) {
+      std::size_t timed_failures = 0;
+      bool only_timed = true;
+      for (const auto& check : gate.checks()) {
+        if (check.passed) continue;
+        if (check.timed) ++timed_failures;
+        only_timed = only_timed && check.timed;
+      }
+      bool slow = false;
+      verdict["host"] = json::array();
+      std::cout << '\n';
+      for (const auto& probe : gate.host_probes()) {
+        slow = slow || probe.slow();
+        json reading = {{"benchmark", probe.benchmark},
+                        {"measured_ns", probe.measured_ns},
+                        {"usual_max_ns", probe.usual_max_ns},
+                        {"slow", probe.slow()}};
+        if (!probe.counter.empty()) reading["counter"] = probe.counter;
+        verdict["host"].push_back(std::move(reading));
+        std::cout << "host: " << probe.name() << " " << fixed(probe.measured_ns, 1) << " ns, "
+                  << (probe.slow() ? "above" : "within") << " its usual <= " << fixed(probe.usual_max_ns, 0)
+                  << " ns on this machine class\n";
+      }
+      inconclusive = !passed && only_timed && slow;
+      if (inconclusive) {
+        std::cout << "host: it ran slow, so the " << timed_failures
+                  << " timed check(s) that failed are inconclusive; run the benchmarks again "
+                     "(tools/release-gate.sh does, up to BENCH_TRIES runs)\n";
+      } else if (slow && !passed) {
+        std::cout << "host: it ran slow, but a check that no slow host explains failed too\n";
+      }
+    }
+    verdict["inconclusive"] = inconclusive;
     std::ofstream(verdict_path) << verdict.dump(2) << '\n';
     if (update) {
       std::ofstream(thresholds_path) << gate.thresholds().dump(2) << '\n';
       std::cout << "\nbaseline ratios written to " << thresholds_path << '\n';
     }
-    std::cout << "\nresidency-gate: " << (passed ? "PASS" : "FAIL") << " (" << gate.checks().size()
+    std::cout << "\nresidency-gate: " << (passed ? "PASS" : inconclusive ? "FAIL (inconclusive: the host ran slow)" : "FAIL")
+              << " (" << gate.checks().size()
               << " checks; verdict in " << verdict_path << ")\n";
     return passed ? 0 : 1;
   } catch (const InvalidInput& error) {
