@@ -624,8 +624,8 @@ int main(int argc, char** argv) {
     }
     verdict["passed"] = passed;
     // A run whose every failure is timed, on a host that ran slow, shows no
-    // regression either way: its verdict still fails, as inconclusive, and
-    // release-gate.sh runs the benchmarks again. A pass is a pass on any host.
+    // regression either way: its verdict still fails, marked inconclusive. A
+    // pass is a pass on any host.
     bool inconclusive = false;
     if (!gate.host_probes().empty()) {
       std::size_t timed_failures = 0;
@@ -653,8 +653,8 @@ int main(int argc, char** argv) {
       inconclusive = !passed && only_timed && slow;
       if (inconclusive) {
         std::cout << "host: it ran slow, so the " << timed_failures
-                  << " timed check(s) that failed are inconclusive; run the benchmarks again "
-                     "(tools/release-gate.sh does, up to BENCH_TRIES runs)\n";
+                  << " timed check(s) that failed show no regression either way; only a run of the benchmarks "
+                     "on a host at its usual speed can judge them\n";
       } else if (slow && !passed) {
         std::cout << "host: it ran slow, but a check that no slow host explains failed too\n";
       }
