@@ -17,8 +17,9 @@ Usage: gate-benchmarks-test.py RESIDENCY_GATE WORK_DIR"""
 import json
 import pathlib
 import shutil
-import subprocess
 import sys
+
+from gate_test_inputs import run_gate, write_stand_ins
 
 
 def run(name, ns_per_item, repetition=None, aggregate=None):
@@ -60,26 +61,6 @@ def paired(name, ns_per_item, counter, samples):
     return rows
 
 
-def passing_inputs(work):
-    """The gate's other inputs, each passing with nothing required."""
-    (work / "testlog.json").write_text("")
-    (work / "replay.json").write_text(json.dumps({"passed": 1, "failed": 0, "fault_coverage": {
-        "never_fired": [], "pairs": [], "never_reached": [], "error_paths": []}}))
-    (work / "coverage.json").write_text(json.dumps({f"{kind}_{field}": value for kind in ("line", "branch")
-                                                     for field, value in (("percent", 100), ("covered", 1),
-                                                                          ("total", 1))}))
-    (work / "swarm.json").write_text(json.dumps({"steps": 1, "runs": 1, "failures": [], "faults_by_kind": {}}))
-
-
-def run_gate(gate, work, fuzz_log=None):
-    log = str(work / "testlog.json")
-    return subprocess.run([gate, "--build-dir", str(work), "--thresholds", str(work / "thresholds.json"),
-                           "--tests", log, "--asan-tests", log, "--tsan-tests", log,
-                           "--fuzz-tests", fuzz_log or log,
-                           "--coverage", str(work / "coverage.json"), "--swarm", str(work / "swarm.json")],
-                          capture_output=True, text=True)
-
-
 def host_cases(gate, work):
     """The host's own speed (thresholds "host": a benchmark's time, or a
     paired benchmark's baseline counter, each with its usual time): a run
@@ -117,7 +98,7 @@ def host_cases(gate, work):
     for name, load, base, op, extra, want_passed, want_inconclusive in cases:
         case = work / name.replace(" ", "-").replace(",", "")
         case.mkdir(parents=True)
-        passing_inputs(case)
+        write_stand_ins(case, thresholds)
         rows = common + [run("BM_Op", op)] + ([run("BM_HostLoad", load)] if load is not None else [])
         paired_row = run("BM_Paired/manual_time", 500.0)
         if base is not None:
@@ -164,7 +145,7 @@ def host_cases(gate, work):
                        ("host as an empty list", [])]:
         case = work / name.replace(" ", "-").replace(",", "")
         case.mkdir(parents=True)
-        passing_inputs(case)
+        write_stand_ins(case, thresholds)
         (case / "bench.json").write_text(json.dumps({"benchmarks": common + [run("BM_Op", 90.0),
                                                                              run("BM_HostLoad", 900.0)]}))
         (case / "thresholds.json").write_text(json.dumps(thresholds | {"host": host}))
@@ -242,12 +223,12 @@ def main():
         ],
     }
     (work / "thresholds.json").write_text(json.dumps(thresholds))
-    passing_inputs(work)
+    write_stand_ins(work, thresholds)
 
     # A build whose tests are all of one suite: meson names them without it.
     (work / "fuzz-testlog.json").write_text("\n".join(json.dumps({"name": name, "result": result}) for name, result in
                                                        [("fuzz-loader", "OK"), ("fuzz-replay", "FAIL")]) + "\n")
-    result = run_gate(gate, work, str(work / "fuzz-testlog.json"))
+    result = run_gate(gate, work)
     print(result.stdout, result.stderr, sep="\n")
     if result.returncode != 1:
         sys.exit(f"expected exit status 1 (some targets fail), got {result.returncode}")

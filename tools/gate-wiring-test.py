@@ -17,6 +17,8 @@ import shutil
 import subprocess
 import sys
 
+from gate_test_inputs import run_gate, write_stand_ins
+
 
 def main():
     bench, gate, thresholds_path, work = sys.argv[1], sys.argv[2], sys.argv[3], pathlib.Path(sys.argv[4])
@@ -29,33 +31,8 @@ def main():
     if run.returncode != 0:
         sys.exit(f"residency-bench exited with {run.returncode}:\n{run.stdout[-4000:]}\n{run.stderr[-4000:]}")
 
-    # Stand-ins meeting every floor: suites named as the thresholds require.
-    suites = set(thresholds["required_suites"])
-    for kind in ("address", "thread"):
-        suites |= set(thresholds["sanitizers"][kind]["required_suites"])
-    with open(work / "testlog.json", "w") as log:
-        for suite in sorted(suites):
-            name, _, test = suite.partition("/")
-            log.write(json.dumps({"name": f"fhelium-residency:{name} / {test or 'stand-in'}", "result": "OK"}) + "\n")
-    with open(work / "fuzz-testlog.json", "w") as log:
-        for suite in thresholds["sanitizers"]["fuzz"]["required_suites"]:
-            log.write(json.dumps({"name": suite.partition("/")[2], "result": "OK"}) + "\n")
-    (work / "replay.json").write_text(json.dumps({
-        "passed": thresholds["min_scenarios"], "failed": 0,
-        "fault_coverage": {"never_fired": [], "pairs": [], "never_reached": [], "error_paths": []}}))
-    (work / "coverage.json").write_text(json.dumps({f"{kind}_{field}": value for kind in ("line", "branch")
-                                                     for field, value in (("percent", 100), ("covered", 1),
-                                                                          ("total", 1))}))
-    (work / "swarm.json").write_text(json.dumps({
-        "steps": thresholds["swarm"]["min_steps"], "runs": 1, "failures": [],
-        "faults_by_kind": {kind: 1 for kind in thresholds["swarm"]["fault_kinds"]}}))
-
-    log = str(work / "testlog.json")
-    result = subprocess.run([gate, "--build-dir", str(work), "--thresholds", thresholds_path,
-                             "--bench", str(work / "bench.json"), "--tests", log, "--asan-tests", log,
-                             "--tsan-tests", log, "--fuzz-tests", str(work / "fuzz-testlog.json"),
-                             "--replay", str(work / "replay.json"), "--coverage", str(work / "coverage.json"),
-                             "--swarm", str(work / "swarm.json")], capture_output=True, text=True)
+    write_stand_ins(work, thresholds)
+    result = run_gate(gate, work, thresholds_path)
     print(result.stdout, result.stderr, sep="\n")
     if result.returncode not in (0, 1):
         sys.exit(f"the gate could not judge the suite's output (status {result.returncode})")

@@ -33,10 +33,10 @@ class Transitions {
 
   // The runtime's checks of an action's locations and of its transfer stream
   // (only ensure and move take one; a drop or discard given one is a bug);
-  // throws std::invalid_argument. These
-  // three take an action of one type (EnsureResident, MoveResident,
-  // DropResident or DiscardValue): a caller that knows the type runs only
-  // that type's code, and one holding a ResidencyAction dispatches once.
+  // throws std::invalid_argument. These three take an action of one type
+  // (EnsureResident, MoveResident, DropResident or DiscardValue): a caller
+  // that knows the type runs only that type's code, and one holding a
+  // ResidencyAction dispatches once.
   template <class Action>
   void check_arguments(const Action& action, const std::optional<c10::Stream>& stream) const;
 
